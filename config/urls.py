@@ -1,0 +1,41 @@
+from django.conf import settings
+from django.contrib import admin
+from django.contrib.staticfiles.views import serve as serve_static
+from django.urls import include, path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from runs_app.api import views as run_views
+from sessions_app import pages
+from sessions_app.api import views as session_views
+
+api = [
+    path("auth/token/", session_views.auth_token),
+    path("sessions/", session_views.sessions),
+    path("sessions/<str:session_id>/", session_views.session_detail),
+    path("sessions/<str:session_id>/messages/", session_views.session_messages),
+    path("sessions/<str:session_id>/head/", session_views.session_head),
+    path("sessions/<str:session_id>/files/", session_views.session_files),
+    path("sessions/<str:session_id>/files/<path:path>", session_views.session_files),
+    path("sessions/<str:session_id>/runs/", run_views.session_runs),
+    path("sessions/<str:session_id>/runs/stream/", run_views.session_runs_stream),
+    path("sessions/<str:session_id>/abort/", run_views.session_abort),
+    path("runs/<str:run_id>/", run_views.run_detail),
+    path("runs/<str:run_id>/messages/", run_views.run_messages),
+    path("runs/<str:run_id>/cancel/", run_views.run_cancel),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+]
+
+urlpatterns = [
+    path("api/", include(api)),
+    path("admin/", admin.site.urls),
+    path("", include(pages.urlpatterns)),
+    re_path(
+        r"^" + settings.STATIC_URL.lstrip("/") + r"(?P<path>.*)$",
+        serve_static,
+        {"insecure": True},
+    ),
+]
+
+handler404 = "sessions_app.api.errors.json_404"
+handler500 = "sessions_app.api.errors.json_500"

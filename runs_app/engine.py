@@ -1,0 +1,469 @@
+"""The agent loop. ``run_agent(run_id)`` is what the Celery task and the embedded executor run.
+
+1. claim the session's busy lock (a lease the heartbeat renews);
+2. start-up: ``prompt`` interrupts unfinished tools and writes the user message; ``resume``
+   recovers the last unfinished turn;
+3. steps: snapshot, stream the model into parts, run the tool batch, snapshot again, checkpoint;
+4. release the lock (to the next queued run, if any).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
+
+from sessions_app import events, snapshots
+from sessions_app.models import Message, Part, Session
+from sessions_app.selectors import active_path, message_data, part_data, session_data
+from sessions_app.services import lock
+
+from .models import Run
+from .providers import ProviderError, get_provider
+from .providers.base import Finish, ReasoningDelta, StructuredOutput, TextDelta, ToolCall
+from .tools import TOOLS, ToolContext, ToolError, available_tools
+from .transcript import model_messages
+
+log = logging.getLogger(__name__)
+
+UNFINISHED = {"pending", "running"}
+
+
+class Aborted(Exception):
+    pass
+
+
+class LockLost(Exception):
+    pass
+
+
+def run_data(run: Run) -> dict[str, Any]:
+    from .selectors import run_data as _run_data
+
+    return _run_data(run)
+
+
+class Heartbeat(threading.Thread):
+    """Renews the lease and watches the abort flag, so the loop only reads two Events."""
+
+    def __init__(self, session_id: str, run_id: str) -> None:
+        super().__init__(name=f"heartbeat-{run_id}", daemon=True)
+        self.session_id, self.run_id = session_id, run_id
+        self.abort = threading.Event()
+        self.lost = threading.Event()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        renew_every = max(0.2, settings.RUN_LEASE_SECONDS / 3)
+        last_renew = time.monotonic()
+        try:
+            while not self.stop.wait(0.1):
+                if Run.objects.filter(id=self.run_id, abort_requested=True).exists():
+                    self.abort.set()
+                if time.monotonic() - last_renew >= renew_every:
+                    last_renew = time.monotonic()
+                    if not lock.renew(self.session_id, self.run_id):
+                        self.lost.set()
+        except Exception:
+            log.exception("heartbeat of %s failed", self.run_id)
+        finally:
+            connection.close()
+
+
+class AgentLoop:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.session: Session = run.session
+        self.provider = get_provider(run.model or self.session.model or settings.AGENT_MODEL)
+        self.tools = {t.name: t for t in available_tools()}
+        self.snap = snapshots.for_session(self.session)
+        from .checkpoint import Checkpointer
+
+        self.writer = Checkpointer(self.session.id)
+        self.mode = run.checkpoint or self.session.checkpoint
+        self.heartbeat = Heartbeat(self.session.id, run.id)
+        self.history: list[Message] = []
+        self.head_id: str | None = self.session.head_id
+        self.tree: str | None = None
+        self.first_tree: str | None = None
+        self.usage: dict[str, int] = {}
+
+    # -- helpers ------------------------------------------------------------------------------
+    def aborted(self) -> bool:
+        return self.heartbeat.abort.is_set() or self.heartbeat.lost.is_set()
+
+    def check(self) -> None:
+        if self.heartbeat.lost.is_set():
+            raise LockLost()
+        if self.heartbeat.abort.is_set():
+            raise Aborted()
+
+    def emit(self, type: str, **payload: Any) -> None:
+        events.publish(self.session.id, type, **payload)
+
+    def new_part(self, message: Message, type: str, **fields: Any) -> Part:
+        parts = message.loaded_parts
+        part = Part(
+            message_id=message.id, session_id=self.session.id, order=len(parts), type=type, **fields
+        )
+        parts.append(part)
+        self.writer.add(part)
+        return part
+
+    def new_message(self, role: str) -> Message:
+        message = Message(
+            session_id=self.session.id,
+            run_id=self.run.id,
+            parent_id=self.head_id,
+            role=role,
+            model=self.run.model if role == Message.Role.ASSISTANT else "",
+            created_at=timezone.now(),
+        )
+        message.loaded_parts = []
+        self.writer.add(message)
+        self.history.append(message)
+        self.head_id = message.id
+        self.writer.set_head(message.id)
+        return message
+
+    # -- phases -------------------------------------------------------------------------------
+    def execute(self) -> None:
+        run = self.run
+        self.heartbeat.start()
+        status, error = Run.Status.COMPLETED, None
+        try:
+            started = (
+                Run.objects.filter(id=run.id)
+                .exclude(status__in=Run.TERMINAL)
+                .update(
+                    status=Run.Status.RUNNING,
+                    started_at=timezone.now(),
+                    attempts=run.attempts + 1,
+                )
+            )
+            if not started:  # cancelled between delivery and start
+                self.heartbeat.stop.set()
+                self.release_only()
+                return
+            run.status = Run.Status.RUNNING
+            self.emit(events.RUN_UPDATED, run=run_data(run))
+            self.emit(events.SESSION_STATUS, status="busy", run_id=run.id)
+            self.history = active_path(self.session)
+            if run.mode == Run.Mode.PROMPT and run.input_message_id is None:
+                self.start_prompt()
+            else:
+                self.recover()
+            self.loop()
+        except Aborted:
+            status = Run.Status.CANCELLED
+        except LockLost:
+            log.warning("run %s lost its lock; another worker took the session over", run.id)
+            self.heartbeat.stop.set()
+            self.writer.flush()
+            return
+        except ProviderError as exc:
+            status, error = Run.Status.ERROR, {"type": "ProviderError", "message": str(exc)}
+            self.fail_last_message(str(exc))
+        except Exception as exc:
+            log.exception("run %s failed", run.id)
+            status, error = Run.Status.ERROR, {"type": exc.__class__.__name__, "message": str(exc)}
+            self.fail_last_message(str(exc))
+        finally:
+            self.heartbeat.stop.set()
+        self.finish(status, error)
+
+    def start_prompt(self) -> None:
+        """Rule 1.3: interrupt unfinished tools on the path, then write the user message."""
+        if self.run.multitask_strategy == "rollback" and self.run.interrupted_run_id:
+            self.roll_back_interrupted()
+        now = time.time()
+        for message in self.history:
+            for part in message.loaded_parts:
+                state = part.state or {}
+                if part.type == Part.Type.TOOL and state.get("status") in UNFINISHED:
+                    self.interrupt(part, reason="prompt", now=now)
+        written = []
+        for item in self.run.input or []:
+            message = self.new_message(Message.Role.USER)
+            message.completed_at = message.created_at
+            self.new_part(message, Part.Type.TEXT, text=str(item.get("content", "")))
+            written.append(message)
+        self.writer.flush()
+        if written:
+            Run.objects.filter(id=self.run.id).update(input_message_id=written[0].id)
+            self.run.input_message_id = written[0].id
+        for message in written:
+            self.emit(events.MESSAGE_UPDATED, message=message_data(message))
+
+    def roll_back_interrupted(self) -> None:
+        """multitask_strategy "rollback": the interrupted run's messages leave the active path
+        (they stay stored, as a branch); the new run starts where that run started."""
+        from sessions_app.models import HistoryEvent
+
+        stopped = Run.objects.filter(id=self.run.interrupted_run_id).first()
+        if stopped is None or stopped.input_message_id is None:
+            return
+        start = Message.objects.filter(id=stopped.input_message_id).first()
+        if start is None or start.id not in {m.id for m in self.history}:
+            return
+        self.head_id = start.parent_id
+        self.history = self.history[: [m.id for m in self.history].index(start.id)]
+        self.writer.set_head(self.head_id) if self.head_id else None
+        if self.head_id is None:
+            Session.objects.filter(id=self.session.id).update(head=None)
+        HistoryEvent.objects.create(
+            session_id=self.session.id,
+            kind="rollback",
+            run_id=self.run.id,
+            data={"reason": "multitask_strategy", "rolled_back_run_id": stopped.id},
+        )
+
+    def release_only(self) -> None:
+        with transaction.atomic():
+            Session.objects.select_for_update().filter(id=self.session.id).first()
+            lock.hand_over(self.session.id, self.run.id, None)
+        events.publish(self.session.id, events.SESSION_STATUS, status="idle", run_id=None)
+
+    def interrupt(self, part: Part, *, reason: str, now: float | None = None) -> None:
+        state = dict(part.state or {})
+        state.update(
+            status="error",
+            error="Tool execution was interrupted.",
+            metadata={**(state.get("metadata") or {}), "interrupted": True, "reason": reason},
+        )
+        state.setdefault("time", {})["end"] = now or time.time()
+        part.state = state
+        self.writer.touch(part, "state")
+        self.emit(events.PART_UPDATED, part=part_data(part))
+
+    def recover(self) -> None:
+        """Rule 1.5, in short: finish the last unfinished assistant message of the path."""
+        from .services.recovery import recover_path
+
+        recover_path(self, mode=self.run.mode)
+
+    def loop(self) -> None:
+        self.tree = self.first_tree = self.snap.track()
+        max_steps = self.run.max_steps or settings.AGENT_MAX_STEPS
+        for index in range(max_steps):
+            self.check()
+            called_tools = self.step(index)
+            if not called_tools:
+                return
+        self.run.result = "max_steps"
+
+    def step(self, index: int) -> bool:
+        before = self.tree or self.snap.track()
+        message = self.new_message(Message.Role.ASSISTANT)
+        self.new_part(message, Part.Type.STEP_START, data={"snapshot": before, "step": index})
+        self.emit(events.MESSAGE_UPDATED, message=message_data(message))
+        calls = self.stream(message)
+        tool_parts = []
+        for call in calls:
+            part = self.new_part(
+                message,
+                Part.Type.TOOL,
+                call_id=call.call_id,
+                tool=call.name,
+                state={
+                    "status": "pending",
+                    "input": call.arguments,
+                    "output": None,
+                    "error": None,
+                    "metadata": {},
+                    "time": {"start": None, "end": None},
+                },
+            )
+            tool_parts.append(part)
+            self.emit(events.PART_UPDATED, part=part_data(part))
+        if self.mode == Session.Checkpoint.TOOL and tool_parts:
+            self.writer.flush()
+        for part in tool_parts:
+            self.check()
+            self.run_tool(part)
+            if self.mode == Session.Checkpoint.TOOL:
+                self.writer.flush()
+        after = self.snap.track() if tool_parts else before
+        changed = self.snap.patch(before, after) if after != before else []
+        self.tree = after
+        self.new_part(message, Part.Type.STEP_FINISH, data={"snapshot": after, "step": index})
+        if changed:
+            self.new_part(message, Part.Type.PATCH, data={"snapshot": before, "files": changed})
+        message.completed_at = timezone.now()
+        self.writer.touch(message, "completed_at", "tokens", "structured")
+        if self.mode != Session.Checkpoint.RUNS:
+            self.writer.flush()
+        self.emit(events.MESSAGE_UPDATED, message=message_data(message))
+        if changed:
+            self.publish_diff(before, after)
+        return bool(tool_parts)
+
+    def stream(self, message: Message) -> list[ToolCall]:
+        specs = [t.spec() for t in self.tools.values()]
+        prompt = model_messages(self.history[:-1], self.session.system_prompt)
+        calls: list[ToolCall] = []
+        parts: dict[str, Part] = {}
+        last_flush = time.monotonic()
+        for event in self.provider.stream(prompt, specs, should_abort=self.aborted):
+            if isinstance(event, TextDelta | ReasoningDelta):
+                kind = Part.Type.TEXT if isinstance(event, TextDelta) else Part.Type.REASONING
+                part = parts.get(kind)
+                if part is None:
+                    part = parts[kind] = self.new_part(message, kind, text="")
+                    self.emit(events.PART_UPDATED, part=part_data(part))
+                offset = len(part.text)
+                part.text += event.text
+                self.writer.touch(part, "text")
+                events.publish_delta(
+                    self.session.id,
+                    message_id=message.id,
+                    part_id=part.id,
+                    offset=offset,
+                    text=event.text,
+                    reasoning=kind == Part.Type.REASONING,
+                )
+                if (
+                    self.mode != Session.Checkpoint.RUNS
+                    and time.monotonic() - last_flush >= settings.STREAM_FLUSH_SECONDS
+                ):
+                    self.writer.flush()
+                    last_flush = time.monotonic()
+            elif isinstance(event, ToolCall):
+                calls.append(event)
+            elif isinstance(event, StructuredOutput):
+                message.structured = event.value
+                self.run.output = event.value
+            elif isinstance(event, Finish):
+                for key, value in event.usage.items():
+                    self.usage[key] = self.usage.get(key, 0) + int(value or 0)
+                message.tokens = dict(event.usage)
+            self.check()
+        for part in parts.values():
+            self.emit(events.PART_UPDATED, part=part_data(part))
+        return calls
+
+    def run_tool(self, part: Part) -> None:
+        state = dict(part.state or {})
+        state["status"] = "running"
+        state["time"] = {"start": time.time(), "end": None}
+        part.state = state
+        self.writer.touch(part, "state")
+        self.emit(events.PART_UPDATED, part=part_data(part))
+        tool = self.tools.get(part.tool) or (TOOLS.get(part.tool) if part.tool != "shell" else None)
+        state = dict(state)
+        try:
+            if tool is None:
+                raise ToolError(f"Unknown or disabled tool: {part.tool}.")
+            ctx = ToolContext(worktree=self.session.worktree, should_abort=self.aborted)
+            state["output"] = tool.run(ctx, state.get("input") or {})
+            state["status"] = "completed"
+        except ToolError as exc:
+            if self.aborted():
+                # Left unfinished on purpose: resume decides (recall or interrupt), rule 1.5.
+                raise Aborted() from exc
+            state.update(status="error", error=str(exc))
+        except Exception as exc:  # a tool bug must not kill the run; the model sees the error
+            log.exception("tool %s failed", part.tool)
+            state.update(status="error", error=f"{exc.__class__.__name__}: {exc}")
+        state["time"] = {**state["time"], "end": time.time()}
+        part.state = state
+        self.writer.touch(part, "state")
+        self.emit(events.PART_UPDATED, part=part_data(part))
+
+    def publish_diff(self, before: str, after: str) -> None:
+        diff = self.snap.diff_stat(before, after)
+        total = self.snap.diff_stat(self.first_tree or before, after)
+        summary = {
+            "additions": sum(d["additions"] for d in total),
+            "deletions": sum(d["deletions"] for d in total),
+            "files": len(total),
+        }
+        Session.objects.filter(id=self.session.id).update(summary=summary)
+        self.emit(events.SESSION_DIFF, diff=diff, summary=summary)
+
+    def fail_last_message(self, text: str) -> None:
+        message = self.history[-1] if self.history else None
+        if (
+            message is None
+            or message.role != Message.Role.ASSISTANT
+            or message.run_id != self.run.id
+        ):
+            return
+        message.error = {"reason": "ProviderError", "message": text, "metadata": {}}
+        message.completed_at = timezone.now()
+        self.writer.touch(message, "error", "completed_at")
+        self.emit(events.MESSAGE_UPDATED, message=message_data(message))
+
+    def finish(self, status: str, error: dict | None) -> None:
+        run = self.run
+        self.writer.flush()
+        run.status, run.error = status, error
+        run.finished_at = timezone.now()
+        run.usage = self.usage
+        if status == Run.Status.COMPLETED and not run.result:
+            run.result = "stop"
+        next_run = None
+        with transaction.atomic():
+            Session.objects.select_for_update().filter(id=self.session.id).first()
+            Run.objects.filter(id=run.id).update(
+                status=run.status,
+                error=run.error,
+                finished_at=run.finished_at,
+                usage=run.usage,
+                result=run.result,
+                output=run.output,
+            )
+            next_run = (
+                Run.objects.filter(
+                    session_id=self.session.id,
+                    status=Run.Status.PENDING,
+                    multitask_strategy__in=("enqueue", "interrupt", "rollback"),
+                )
+                .exclude(id=run.id)
+                .order_by("id")
+                .first()
+            )
+            lock.hand_over(self.session.id, run.id, next_run.id if next_run else None)
+            events.publish_on_commit(self.session.id, events.RUN_UPDATED, run=run_data(run))
+            session = Session.objects.get(id=self.session.id)
+            if next_run is None:
+                events.publish_on_commit(
+                    self.session.id, events.SESSION_STATUS, status="idle", run_id=None
+                )
+            events.publish_on_commit(
+                self.session.id, events.SESSION_UPDATED, session=session_data(session)
+            )
+            if next_run is not None:
+                from .executor import enqueue_on_commit
+
+                enqueue_on_commit(next_run.id)
+
+
+def run_agent(run_id: str) -> bool:
+    """Run (or resume) one run to its end. Safe to deliver twice: a finished run is skipped,
+    and a run that was already running is taken over only once its lease has expired.
+    Returns False when the session is still held and the delivery should be retried."""
+    close_old_connections()
+    try:
+        run = Run.objects.select_related("session").filter(id=run_id).first()
+        if run is None or run.is_terminal:
+            return True
+        if run.abort_requested and run.status == Run.Status.PENDING:
+            from .services.runs import finish_unstarted
+
+            finish_unstarted(run)
+            return True
+        own_ok = run.status == Run.Status.PENDING
+        if not lock.claim(run.session_id, run.id, own_ok=own_ok):
+            log.info("run %s: session %s is held by another run", run.id, run.session_id)
+            return own_ok  # a pending run waits for its hand-over; a running one retries
+        run.session.refresh_from_db()
+        AgentLoop(run).execute()
+        return True
+    finally:
+        close_old_connections()

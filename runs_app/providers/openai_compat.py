@@ -1,0 +1,102 @@
+"""Any OpenAI-compatible chat-completions endpoint (OpenAI, Ollama, vLLM, llama.cpp server),
+streamed through the official SDK, with tool calls assembled from their chunks."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from django.conf import settings
+
+from .base import Finish, ProviderError, ReasoningDelta, StreamEvent, TextDelta, ToolCall
+
+
+class OpenAIProvider:
+    name = "openai"
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None):
+        import openai
+
+        self.model = model
+        self.client = openai.OpenAI(
+            base_url=base_url or settings.OPENAI_BASE_URL,
+            api_key=api_key or settings.OPENAI_API_KEY,
+            max_retries=0,
+            timeout=120,
+        )
+
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        should_abort: Callable[[], bool],
+    ) -> Iterator[StreamEvent]:
+        import openai
+
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
+        if tools:
+            kwargs["tools"] = tools
+        calls: dict[int, dict[str, str]] = {}
+        usage: dict[str, int] = {}
+        reason = "stop"
+        try:
+            stream = self.client.chat.completions.create(**kwargs)
+            with stream:
+                for chunk in stream:
+                    if should_abort():
+                        return
+                    if getattr(chunk, "usage", None):
+                        usage = {
+                            "input_tokens": chunk.usage.prompt_tokens or 0,
+                            "output_tokens": chunk.usage.completion_tokens or 0,
+                        }
+                    for choice in chunk.choices or []:
+                        delta = choice.delta
+                        if delta is None:
+                            continue
+                        reasoning = getattr(delta, "reasoning_content", None)
+                        if reasoning:
+                            yield ReasoningDelta(reasoning)
+                        if delta.content:
+                            yield TextDelta(delta.content)
+                        for tc in delta.tool_calls or []:
+                            slot = calls.setdefault(tc.index, {"id": "", "name": "", "args": ""})
+                            if tc.id:
+                                slot["id"] = tc.id
+                            if tc.function is not None:
+                                if tc.function.name:
+                                    slot["name"] += tc.function.name
+                                if tc.function.arguments:
+                                    slot["args"] += tc.function.arguments
+                        if choice.finish_reason:
+                            reason = choice.finish_reason
+        except openai.APIStatusError as exc:
+            raise ProviderError(
+                f"The model endpoint answered HTTP {exc.status_code}: {_message(exc)}"
+            ) from exc
+        except openai.APIError as exc:
+            raise ProviderError(f"The model call failed: {exc.__class__.__name__}: {exc}") from exc
+        for index in sorted(calls):
+            slot = calls[index]
+            try:
+                args = json.loads(slot["args"]) if slot["args"].strip() else {}
+            except json.JSONDecodeError:
+                args = {"_invalid_json": slot["args"]}
+            yield ToolCall(
+                call_id=slot["id"] or f"call_{index}",
+                name=slot["name"],
+                arguments=args,
+                raw_arguments=slot["args"],
+            )
+        yield Finish(usage=usage, reason=reason)
+
+
+def _message(exc: Exception) -> str:
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return str(exc)

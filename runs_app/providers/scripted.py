@@ -1,0 +1,179 @@
+"""The built-in ``scripted`` model: deterministic, stateless, driven by the user's message.
+
+At each step it reads the transcript, takes the latest user message as a script, counts the
+tool rounds answered since it, and emits the next segment: its text lines, then its tool lines
+(one step's tool batch). When the script is exhausted it stops; if the previous step called
+tools it first says ``done``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+
+from .base import (
+    Finish,
+    ProviderError,
+    ReasoningDelta,
+    StreamEvent,
+    StructuredOutput,
+    TextDelta,
+    ToolCall,
+)
+
+TOOL_DIRECTIVES = {"write", "append", "delete", "read", "list", "wait", "shell"}
+TEXT_DIRECTIVES = {"say", "think", "pace", "fail", "json"}
+DIRECTIVES = TOOL_DIRECTIVES | TEXT_DIRECTIVES
+
+
+@dataclass
+class Segment:
+    lines: list[tuple[str, str]] = field(default_factory=list)
+    tools: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _split(line: str) -> tuple[str, str]:
+    word, _, rest = line.strip().partition(" ")
+    return word.lower(), rest
+
+
+def parse(script: str) -> list[Segment] | None:
+    """Segments of a script; None when it has no directive (then the reply is an echo)."""
+    lines = [ln for ln in script.splitlines() if ln.strip()]
+    if not any(_split(ln)[0] in DIRECTIVES for ln in lines):
+        return None
+    segments: list[Segment] = []
+    current = Segment()
+    for line in lines:
+        word, rest = _split(line)
+        if word in TOOL_DIRECTIVES:
+            current.tools.append((word, rest))
+            continue
+        if current.tools:
+            segments.append(current)
+            current = Segment()
+        if word in TEXT_DIRECTIVES:
+            current.lines.append((word, rest))
+        else:
+            current.lines.append(("say", line.strip()))
+    if current.lines or current.tools:
+        segments.append(current)
+    return segments
+
+
+def tool_arguments(word: str, rest: str) -> dict[str, Any]:
+    if word in {"write", "append"}:
+        path, _, text = rest.partition(" ")
+        return {"path": path, "content": text}
+    if word in {"delete", "read"}:
+        return {"path": rest.strip()}
+    if word == "list":
+        return {"path": rest.strip()}
+    if word == "wait":
+        try:
+            return {"seconds": float(rest.strip() or 1)}
+        except ValueError:
+            return {"seconds": rest.strip()}
+    return {"command": rest}
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(c.get("text", "") for c in content if isinstance(c, dict))
+    return ""
+
+
+class ScriptedProvider:
+    name = "scripted"
+
+    def __init__(self, model: str = "scripted") -> None:
+        self.model = model
+
+    def stream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        should_abort: Callable[[], bool],
+    ) -> Iterator[StreamEvent]:
+        last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+        if last_user is None:
+            yield Finish()
+            return
+        script = _content_text(messages[last_user].get("content"))
+        after = messages[last_user + 1 :]
+        rounds = sum(1 for m in after if m["role"] == "assistant" and m.get("tool_calls"))
+        segments = parse(script)
+        if segments is None:
+            if rounds == 0 and not any(m["role"] == "assistant" for m in after):
+                yield from self._words(f"You said: {script.strip()}", 0, should_abort)
+            yield Finish(usage={"output_tokens": len(script.split()) + 2})
+            return
+
+        pace = settings.SCRIPTED_DEFAULT_PACE_MS
+        for seg in segments[:rounds]:
+            for word, rest in seg.lines:
+                if word == "pace":
+                    pace = _pace(rest, pace)
+        emitted = 0
+        if rounds >= len(segments):
+            previous = next((m for m in reversed(after) if m["role"] == "assistant"), None)
+            if previous is not None and previous.get("tool_calls"):
+                yield from self._words("done", pace, should_abort)
+                emitted = 1
+            yield Finish(usage={"output_tokens": emitted})
+            return
+
+        segment = segments[rounds]
+        for word, rest in segment.lines:
+            if should_abort():
+                return
+            if word == "pace":
+                pace = _pace(rest, pace)
+            elif word == "say":
+                yield from self._words(rest, pace, should_abort)
+                emitted += len(rest.split())
+            elif word == "think":
+                for delta in self._words(rest, pace, should_abort):
+                    yield ReasoningDelta(delta.text)
+            elif word == "fail":
+                raise ProviderError(rest.strip() or "Scripted failure.")
+            elif word == "json":
+                try:
+                    yield StructuredOutput(json.loads(rest))
+                except json.JSONDecodeError as exc:
+                    raise ProviderError(f"json directive is not valid JSON: {exc.msg}.") from exc
+        for index, (word, rest) in enumerate(segment.tools):
+            args = tool_arguments(word, rest)
+            yield ToolCall(
+                call_id=f"call_{rounds}_{index}",
+                name=word,
+                arguments=args,
+                raw_arguments=json.dumps(args),
+            )
+        yield Finish(usage={"output_tokens": emitted + len(segment.tools)})
+
+    def _words(
+        self, text: str, pace_ms: float, should_abort: Callable[[], bool]
+    ) -> Iterator[TextDelta]:
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            if should_abort():
+                return
+            if i and pace_ms > 0:
+                time.sleep(pace_ms / 1000.0)
+            yield TextDelta(word if i == 0 else " " + word)
+
+
+def _pace(rest: str, current: float) -> float:
+    try:
+        return max(0.0, float(rest.strip()))
+    except ValueError:
+        return current

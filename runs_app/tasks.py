@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from celery import shared_task
+from django.conf import settings
+
+from .engine import run_agent
+
+
+@shared_task(
+    bind=True,
+    name="runs_app.run_agent",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=40,
+)
+def run_agent_task(self, run_id: str) -> None:  # noqa: ANN001
+    """Late ack: a worker that dies mid-run leaves the message unacked; it is delivered again
+    and the run resumes from what was persisted once the dead worker's lease has expired."""
+    if not run_agent(run_id):
+        raise self.retry(countdown=max(1.0, settings.RUN_LEASE_SECONDS / 2))

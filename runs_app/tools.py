@@ -1,0 +1,227 @@
+"""Tools the agent may call. All of them act inside the session worktree only."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+
+
+class ToolError(Exception):
+    """A tool failed; the message becomes the tool part's error."""
+
+
+@dataclass
+class ToolContext:
+    worktree: Path
+    should_abort: Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    fn: Callable[[ToolContext, dict[str, Any]], str]
+    side_effects: bool = True
+    blocks_on_error: bool = False
+
+    def spec(self) -> dict[str, Any]:
+        """The OpenAI function-tool description."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    def run(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+        if not isinstance(args, dict):
+            raise ToolError("Tool arguments must be a JSON object.")
+        return self.fn(ctx, args)
+
+
+def resolve(worktree: Path, relative: Any, *, allow_root: bool = False) -> Path:
+    """The path inside ``worktree``; refuses absolute paths, ``..`` and symlinks leading out."""
+    if not isinstance(relative, str) or (not relative.strip() and not allow_root):
+        raise ToolError("A path is required.")
+    relative = relative.strip() or "."
+    if "\0" in relative:
+        raise ToolError("Invalid path.")
+    if os.path.isabs(relative) or relative.startswith("~"):
+        raise ToolError(f"Path escapes the worktree: {relative} (absolute paths are refused).")
+    parts = Path(relative).parts
+    if ".." in parts:
+        raise ToolError(f"Path escapes the worktree: {relative} ('..' is refused).")
+    if ".git" in parts:
+        raise ToolError(f"Path {relative} is inside .git, which tools do not touch.")
+    root = worktree.resolve()
+    target = root.joinpath(*parts) if parts else root
+    # Follow every symlink on the way; the real location must stay inside the worktree.
+    real = Path(os.path.realpath(target))
+    if real != root and root not in real.parents:
+        raise ToolError(f"Path escapes the worktree: {relative} (a symlink leads outside).")
+    if target == root and not allow_root:
+        raise ToolError("A file path is required.")
+    return target
+
+
+def _text_arg(args: dict[str, Any], name: str) -> str:
+    value = args.get(name, "")
+    if not isinstance(value, str):
+        raise ToolError(f"'{name}' must be a string.")
+    return value
+
+
+def _read(ctx: ToolContext, args: dict[str, Any]) -> str:
+    path = resolve(ctx.worktree, args.get("path"))
+    if not path.is_file():
+        raise ToolError(f"No such file: {args.get('path')}")
+    data = path.read_bytes()
+    if len(data) > 1_000_000:
+        raise ToolError("File is larger than 1 MB.")
+    return data.decode("utf-8", errors="replace")
+
+
+def _list(ctx: ToolContext, args: dict[str, Any]) -> str:
+    path = resolve(ctx.worktree, args.get("path", "") or "", allow_root=True)
+    if not path.is_dir():
+        raise ToolError(f"No such directory: {args.get('path') or '.'}")
+    entries = []
+    for child in sorted(path.iterdir()):
+        if child.name == ".git":
+            continue
+        entries.append(child.name + ("/" if child.is_dir() else ""))
+    return "\n".join(entries)
+
+
+def _write_file(path: Path, content: str, *, append: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # O_NOFOLLOW: never write through a symlink swapped in after the check.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        raise ToolError(f"Cannot write {path.name}: {exc.strerror}.") from exc
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+        fh.write(content)
+
+
+def _write(ctx: ToolContext, args: dict[str, Any]) -> str:
+    path = resolve(ctx.worktree, args.get("path"))
+    content = _text_arg(args, "content")
+    if path.is_dir():
+        raise ToolError(f"{args.get('path')} is a directory.")
+    _write_file(path, content, append=False)
+    return f"Wrote {len(content.encode())} bytes to {args.get('path')}."
+
+
+def _append(ctx: ToolContext, args: dict[str, Any]) -> str:
+    path = resolve(ctx.worktree, args.get("path"))
+    content = _text_arg(args, "content")
+    if path.is_dir():
+        raise ToolError(f"{args.get('path')} is a directory.")
+    _write_file(path, content + "\n", append=True)
+    return f"Appended {len(content.encode()) + 1} bytes to {args.get('path')}."
+
+
+def _delete(ctx: ToolContext, args: dict[str, Any]) -> str:
+    path = resolve(ctx.worktree, args.get("path"))
+    if path.is_symlink() or path.is_file():
+        path.unlink()
+        return f"Deleted {args.get('path')}."
+    if path.is_dir():
+        raise ToolError(f"{args.get('path')} is a directory.")
+    raise ToolError(f"No such file: {args.get('path')}")
+
+
+def _wait(ctx: ToolContext, args: dict[str, Any]) -> str:
+    try:
+        seconds = float(args.get("seconds", 1))
+    except (TypeError, ValueError) as exc:
+        raise ToolError("'seconds' must be a number.") from exc
+    seconds = max(0.0, min(seconds, 3600.0))
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if ctx.should_abort():
+            raise ToolError("Aborted while waiting.")
+        time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+    return f"Waited {seconds:g} seconds."
+
+
+def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
+    if not settings.AGENT_ALLOW_SHELL:
+        raise ToolError("The shell tool is disabled on this deployment.")
+    command = _text_arg(args, "command")
+    if not command.strip():
+        raise ToolError("A command is required.")
+    try:
+        proc = subprocess.run(
+            ["/bin/sh", "-c", command],
+            cwd=ctx.worktree,
+            capture_output=True,
+            timeout=120,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(ctx.worktree)},
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise ToolError("Command timed out after 120 seconds.") from exc
+    out = (proc.stdout + proc.stderr).decode(errors="replace")[-20000:]
+    if proc.returncode != 0:
+        raise ToolError(f"Exit status {proc.returncode}.\n{out}")
+    return out
+
+
+def _obj(**props: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": list(props)}
+
+
+_PATH = {"type": "string", "description": "Path relative to the worktree."}
+_CONTENT = {"type": "string"}
+
+TOOLS: dict[str, Tool] = {
+    t.name: t
+    for t in [
+        Tool("read", "Read a text file.", _obj(path=_PATH), _read, side_effects=False),
+        Tool(
+            "list",
+            "List a directory (default: the worktree root).",
+            {"type": "object", "properties": {"path": _PATH}},
+            _list,
+            side_effects=False,
+        ),
+        Tool("write", "Replace a file's content.", _obj(path=_PATH, content=_CONTENT), _write),
+        Tool(
+            "append",
+            "Append a line to a file.",
+            _obj(path=_PATH, content=_CONTENT),
+            _append,
+        ),
+        Tool("delete", "Delete a file.", _obj(path=_PATH), _delete),
+        Tool(
+            "wait",
+            "Wait a number of seconds.",
+            _obj(seconds={"type": "number"}),
+            _wait,
+            side_effects=False,
+        ),
+        Tool(
+            "shell",
+            "Run a shell command in the worktree.",
+            _obj(command={"type": "string"}),
+            _shell,
+            blocks_on_error=True,
+        ),
+    ]
+}
+
+
+def available_tools() -> list[Tool]:
+    return [t for t in TOOLS.values() if t.name != "shell" or settings.AGENT_ALLOW_SHELL]

@@ -1,0 +1,19 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+
+class SessionIn(serializers.Serializer):
+    title = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    model = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    system_prompt = serializers.CharField(required=False, allow_blank=True, default="")
+    checkpoint = serializers.CharField(required=False, allow_blank=True, default="")
+
+
+class HeadIn(serializers.Serializer):
+    message_id = serializers.CharField(max_length=40)
+
+
+class TokenIn(serializers.Serializer):
+    username = serializers.CharField()
+    password = serializers.CharField(trim_whitespace=False)

@@ -1,0 +1,107 @@
+"""Session endpoints: thin views (validate → one service → serialize)."""
+
+from __future__ import annotations
+
+from django.contrib.auth import authenticate
+from django.http import FileResponse, Http404
+from drf_spectacular.utils import extend_schema
+from rest_framework import status
+from rest_framework.authtoken.models import Token
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from ..errors import InvalidInput
+from ..selectors import (
+    active_path,
+    all_messages,
+    message_data,
+    session_data,
+    session_for_user,
+    sessions_for_user,
+)
+from ..services import sessions as session_services
+from ..tools_paths import resolve_inside
+from .errors import error_body
+from .serializers import HeadIn, SessionIn, TokenIn
+
+
+@extend_schema(request=TokenIn, responses={200: dict})
+@api_view(["POST"])
+@authentication_classes([])
+@permission_classes([AllowAny])
+def auth_token(request: Request) -> Response:
+    data = TokenIn(data=request.data)
+    data.is_valid(raise_exception=True)
+    user = authenticate(
+        request, username=data.validated_data["username"], password=data.validated_data["password"]
+    )
+    if user is None:
+        return Response(error_body("NotAuthenticated", "Wrong username or password."), status=401)
+    token, _ = Token.objects.get_or_create(user=user)
+    return Response({"token": token.key})
+
+
+@extend_schema(request=SessionIn, responses={200: dict, 201: dict})
+@api_view(["GET", "POST"])
+def sessions(request: Request) -> Response:
+    if request.method == "POST":
+        data = SessionIn(data=request.data)
+        data.is_valid(raise_exception=True)
+        session = session_services.create_session(owner=request.user, **data.validated_data)
+        return Response(session_data(session), status=status.HTTP_201_CREATED)
+    return Response([session_data(s) for s in sessions_for_user(request.user)])
+
+
+@extend_schema(responses={200: dict, 204: None})
+@api_view(["GET", "DELETE"])
+def session_detail(request: Request, session_id: str) -> Response:
+    session = session_for_user(request.user, session_id)
+    if request.method == "DELETE":
+        session_services.delete_session(session=session)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+    return Response(session_data(session))
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+def session_messages(request: Request, session_id: str) -> Response:
+    session = session_for_user(request.user, session_id)
+    tree = request.query_params.get("tree") in ("1", "true", "yes")
+    messages = all_messages(session) if tree else active_path(session)
+    return Response([message_data(m) for m in messages])
+
+
+@extend_schema(request=HeadIn, responses={200: dict})
+@api_view(["POST"])
+def session_head(request: Request, session_id: str) -> Response:
+    session = session_for_user(request.user, session_id)
+    data = HeadIn(data=request.data)
+    data.is_valid(raise_exception=True)
+    session = session_services.switch_head(
+        session=session, message_id=data.validated_data["message_id"]
+    )
+    return Response(session_data(session))
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+def session_files(request: Request, session_id: str, path: str = "") -> Response | FileResponse:
+    session = session_for_user(request.user, session_id)
+    root = session.worktree
+    try:
+        target = resolve_inside(root, path)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
+    if target.is_dir():
+        entries = []
+        for child in sorted(target.rglob("*")):
+            rel = child.relative_to(root)
+            if ".git" in rel.parts or child.is_dir():
+                continue
+            entries.append({"path": rel.as_posix(), "size": child.stat().st_size})
+        return Response(entries)
+    if not target.is_file():
+        raise Http404("No such file.")
+    return FileResponse(open(target, "rb"), content_type="text/plain; charset=utf-8")

@@ -1,0 +1,35 @@
+"""The application's error types; ``api/errors.py`` maps them onto the contract's JSON shape."""
+
+from __future__ import annotations
+
+
+class AppError(Exception):
+    status_code = 400
+    type = "ValidationError"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class InvalidInput(AppError):
+    status_code = 400
+    type = "ValidationError"
+
+
+class NotFoundError(AppError):
+    status_code = 404
+    type = "NotFound"
+
+
+class SessionBusyError(AppError):
+    status_code = 409
+    type = "SessionBusyError"
+
+    def __init__(self, message: str = "A run is in progress on this session.") -> None:
+        super().__init__(message)
+
+
+class ConflictError(AppError):
+    status_code = 409
+    type = "ConflictError"

@@ -1,0 +1,277 @@
+"""The one place events are named, numbered and published.
+
+Every event is ``{"type", "session_id", "seq", ...}``; ``seq`` increases per session (a Redis
+counter in services mode, a process counter in embedded mode, where one process publishes).
+
+Publishing goes through one long-lived asyncio loop per process: group sends awaited inside
+one loop cost a fraction of ``async_to_sync(group_send)`` per call. Text deltas are coalesced
+per part into frames of at most ``STREAM_FRAME_MS``: the first delta after a quiet frame goes
+out at once, later ones wait for the frame's end. Before any other event of a session its
+pending deltas are flushed, so a client sees events in the order they happened.
+
+Writers call ``publish_on_commit``: an event describes stored state, so it leaves only after
+the transaction that stored it commits (Zulip's ``send_event_on_commit``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+log = logging.getLogger(__name__)
+
+SESSION_STATUS = "session.status"
+SESSION_UPDATED = "session.updated"
+SESSION_DIFF = "session.diff"
+SESSION_ERROR = "session.error"
+RUN_UPDATED = "run.updated"
+MESSAGE_UPDATED = "message.updated"
+MESSAGE_REMOVED = "message.removed"
+PART_UPDATED = "message.part.updated"
+PART_REMOVED = "message.part.removed"
+TEXT_DELTA = "text-delta"
+REASONING_DELTA = "reasoning-delta"
+
+EVENT_TYPES = frozenset(
+    {
+        SESSION_STATUS,
+        SESSION_UPDATED,
+        SESSION_DIFF,
+        SESSION_ERROR,
+        RUN_UPDATED,
+        MESSAGE_UPDATED,
+        MESSAGE_REMOVED,
+        PART_UPDATED,
+        PART_REMOVED,
+        TEXT_DELTA,
+        REASONING_DELTA,
+    }
+)
+
+
+def group_name(session_id: str) -> str:
+    return f"agentplat.session.{session_id}"
+
+
+@dataclass
+class _PendingDelta:
+    type: str
+    message_id: str
+    part_id: str
+    offset: int
+    chunks: list[str] = field(default_factory=list)
+
+
+class Publisher:
+    """Owns the process's publishing loop. Thread-safe entry points: ``publish``, ``delta``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._external_loop = False
+        self._pid = 0
+        self._queue: asyncio.Queue | None = None
+        self._layer: Any = None
+        self._redis: Any = None
+        self._seq: dict[str, int] = {}
+        self._pending: dict[str, dict[str, _PendingDelta]] = {}
+        self._last_sent: dict[str, float] = {}
+        self._scheduled: set[str] = set()
+        self._idle = threading.Event()
+        self._idle.set()
+        self._inflight = 0
+
+    # -- setup ------------------------------------------------------------------------------
+    def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Embedded mode: publish on the ASGI server's loop, where the in-memory layer lives."""
+        with self._lock:
+            if self._loop is loop:
+                return
+            self._loop = loop
+            self._external_loop = True
+            self._pid = os.getpid()
+            self._queue = None
+            self._layer = None
+            loop.call_soon_threadsafe(self._start_sender)
+
+    def _ensure_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is not None and self._pid == os.getpid() and not self._loop.is_closed():
+                return self._loop
+            # A fresh process (Celery prefork child) or no server loop: run our own.
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            self._external_loop = False
+            self._pid = os.getpid()
+            self._queue = None
+            self._layer = None
+            self._redis = None
+            ready = threading.Event()
+
+            def run() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            threading.Thread(target=run, name="event-publisher", daemon=True).start()
+            ready.wait(5)
+            loop.call_soon_threadsafe(self._start_sender)
+            return loop
+
+    def _start_sender(self) -> None:
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            asyncio.get_running_loop().create_task(self._sender())
+
+    def _get_layer(self) -> Any:
+        if self._layer is None:
+            if settings.EMBEDDED:
+                from channels.layers import get_channel_layer
+
+                self._layer = get_channel_layer()
+            else:
+                from channels.layers import channel_layers
+
+                # Our own instance: the shared one belongs to the server's loop.
+                self._layer = channel_layers.make_backend("default")
+        return self._layer
+
+    # -- thread-safe API -------------------------------------------------------------------
+    def publish(self, session_id: str, type: str, payload: dict[str, Any]) -> None:
+        assert type in EVENT_TYPES, type
+        self._submit(self._on_event, session_id, type, payload)
+
+    def delta(
+        self, session_id: str, type: str, message_id: str, part_id: str, offset: int, text: str
+    ) -> None:
+        self._submit(self._on_delta, session_id, type, message_id, part_id, offset, text)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything submitted so far has been sent (tests, process exit)."""
+        loop = self._ensure_loop()
+        done = threading.Event()
+
+        def mark() -> None:
+            for sid in list(self._pending):
+                self._flush_session(sid)
+            assert self._queue is not None
+            self._queue.put_nowait(("__mark__", done))
+
+        loop.call_soon_threadsafe(mark)
+        return done.wait(timeout)
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> None:
+        loop = self._ensure_loop()
+        loop.call_soon_threadsafe(fn, *args)
+
+    # -- loop side ------------------------------------------------------------------------
+    def _on_event(self, session_id: str, type: str, payload: dict[str, Any]) -> None:
+        self._flush_session(session_id)
+        self._enqueue(session_id, type, payload)
+
+    def _on_delta(
+        self, session_id: str, type: str, message_id: str, part_id: str, offset: int, text: str
+    ) -> None:
+        parts = self._pending.setdefault(session_id, {})
+        pending = parts.get(part_id)
+        if pending is None or pending.type != type:
+            if pending is not None:
+                self._flush_session(session_id)
+                parts = self._pending.setdefault(session_id, {})
+            pending = parts[part_id] = _PendingDelta(type, message_id, part_id, offset)
+        pending.chunks.append(text)
+        frame = settings.STREAM_FRAME_MS / 1000.0
+        now = time.monotonic()
+        due = self._last_sent.get(session_id, 0.0) + frame
+        if now >= due:
+            self._flush_session(session_id)
+        elif session_id not in self._scheduled:
+            self._scheduled.add(session_id)
+            asyncio.get_running_loop().call_later(due - now, self._flush_scheduled, session_id)
+
+    def _flush_scheduled(self, session_id: str) -> None:
+        self._scheduled.discard(session_id)
+        self._flush_session(session_id)
+
+    def _flush_session(self, session_id: str) -> None:
+        parts = self._pending.pop(session_id, None)
+        if not parts:
+            return
+        self._last_sent[session_id] = time.monotonic()
+        for p in parts.values():
+            self._enqueue(
+                session_id,
+                p.type,
+                {
+                    "message_id": p.message_id,
+                    "part_id": p.part_id,
+                    "offset": p.offset,
+                    "text": "".join(p.chunks),
+                },
+            )
+
+    def _enqueue(self, session_id: str, type: str, payload: dict[str, Any]) -> None:
+        if self._queue is None:
+            self._start_sender()
+        assert self._queue is not None
+        self._queue.put_nowait((session_id, type, payload))
+
+    async def _next_seq(self, session_id: str) -> int:
+        if settings.EMBEDDED:
+            seq = self._seq.get(session_id, 0) + 1
+            self._seq[session_id] = seq
+            return seq
+        if self._redis is None:
+            import redis.asyncio as aioredis
+
+            self._redis = aioredis.from_url(settings.REDIS_URL)
+        return int(await self._redis.incr(f"agentplat:seq:{session_id}"))
+
+    async def _sender(self) -> None:
+        assert self._queue is not None
+        queue = self._queue
+        while True:
+            item = await queue.get()
+            if item[0] == "__mark__":
+                item[1].set()
+                continue
+            session_id, type, payload = item
+            try:
+                seq = await self._next_seq(session_id)
+                event = {"type": type, "session_id": session_id, "seq": seq, **payload}
+                await self._get_layer().group_send(
+                    group_name(session_id),
+                    {"type": "session.event", "text": json.dumps(event, default=str)},
+                )
+            except Exception:  # a lost event is recoverable: clients re-read the database
+                log.exception("publishing %s for %s failed", type, session_id)
+
+
+publisher = Publisher()
+
+
+def publish(session_id: str, type: str, **payload: Any) -> None:
+    """Publish now. Only for transient state (deltas, live tool progress) or after commit."""
+    publisher.publish(session_id, type, payload)
+
+
+def publish_on_commit(session_id: str, type: str, **payload: Any) -> None:
+    transaction.on_commit(lambda: publisher.publish(session_id, type, payload))
+
+
+def publish_delta(
+    session_id: str, *, message_id: str, part_id: str, offset: int, text: str, reasoning: bool
+) -> None:
+    publisher.delta(
+        session_id, REASONING_DELTA if reasoning else TEXT_DELTA, message_id, part_id, offset, text
+    )

@@ -1,0 +1,149 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+from . import ids
+
+
+class Session(models.Model):
+    class Status(models.TextChoices):
+        IDLE = "idle"
+        BUSY = "busy"
+
+    class Checkpoint(models.TextChoices):
+        RUNS = "runs"
+        TOOL_BATCH = "tool-batch"
+        TOOL = "tool"
+
+    id = models.CharField(primary_key=True, max_length=40, default=ids.session_id, editable=False)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="agent_sessions"
+    )
+    title = models.CharField(max_length=200, blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="")
+    system_prompt = models.TextField(blank=True, default="")
+    checkpoint = models.CharField(
+        max_length=16, choices=Checkpoint.choices, default=Checkpoint.TOOL_BATCH
+    )
+    head = models.ForeignKey(
+        "sessions_app.Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    # The busy lock: a run id plus a lease. Taken with a conditional UPDATE (see services/lock).
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.IDLE)
+    busy_run_id = models.CharField(max_length=40, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    revert = models.JSONField(null=True, blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+    forked_from_session = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
+    )
+    forked_from_message_id = models.CharField(max_length=40, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["owner", "-id"])]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.title}".strip()
+
+    @property
+    def worktree(self) -> Path:
+        return Path(settings.WORKSPACE_ROOT) / self.id
+
+    @property
+    def snapshot_dir(self) -> Path:
+        return Path(settings.WORKSPACE_ROOT) / ".snapshots" / f"{self.id}.git"
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user"
+        ASSISTANT = "assistant"
+
+    id = models.CharField(primary_key=True, max_length=40, default=ids.message_id, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    run_id = models.CharField(max_length=40, null=True, blank=True, db_index=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+    completed_at = models.DateTimeField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    model = models.CharField(max_length=200, blank=True, default="")
+    tokens = models.JSONField(default=dict, blank=True)
+    structured = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["session", "id"])]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.role})"
+
+
+class Part(models.Model):
+    class Type(models.TextChoices):
+        TEXT = "text"
+        REASONING = "reasoning"
+        TOOL = "tool"
+        STEP_START = "step-start"
+        STEP_FINISH = "step-finish"
+        PATCH = "patch"
+        FILE = "file"
+
+    id = models.CharField(primary_key=True, max_length=40, default=ids.part_id, editable=False)
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="parts")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    order = models.PositiveIntegerField(default=0)
+    type = models.CharField(max_length=16, choices=Type.choices)
+    text = models.TextField(blank=True, default="")
+    call_id = models.CharField(max_length=100, blank=True, default="")
+    tool = models.CharField(max_length=100, blank=True, default="")
+    state = models.JSONField(null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["message_id", "order"]
+        indexes = [models.Index(fields=["message", "order"])]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.type}"
+
+
+class HistoryEvent(models.Model):
+    """Append-only audit of history moves. Nothing a rollback hides is ever deleted."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="history")
+    kind = models.CharField(max_length=32)
+    run_id = models.CharField(max_length=40, null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} {self.kind}"
+
+
+class Share(models.Model):
+    token = models.CharField(primary_key=True, max_length=64, default=ids.share_token)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="shares")
+    message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL)
+    snapshot = models.CharField(max_length=64, blank=True, default="")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"share of {self.session_id}"

@@ -1,0 +1,137 @@
+"""Reads: fetch-and-authorize helpers, the active path, and the JSON shapes of the contract."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+from django.http import Http404
+
+from .models import Message, Part, Session
+
+
+def session_for_user(user, session_id: str, *, for_update: bool = False) -> Session:  # noqa: ANN001
+    """The session if ``user`` may see it; 404 otherwise (no existence leak)."""
+    if not getattr(user, "is_authenticated", False):
+        raise Http404("No such session.")
+    qs = Session.objects.filter(id=session_id, owner_id=user.pk)
+    if for_update:
+        qs = qs.select_for_update()
+    session = qs.first()
+    if session is None:
+        raise Http404("No such session.")
+    return session
+
+
+def sessions_for_user(user):  # noqa: ANN001
+    return Session.objects.filter(owner_id=user.pk).order_by("-id")
+
+
+_PATH_SQL = """
+WITH RECURSIVE path(id, parent_id, depth) AS (
+    SELECT id, parent_id, 0 FROM sessions_app_message WHERE id = %s
+    UNION ALL
+    SELECT m.id, m.parent_id, path.depth + 1
+    FROM sessions_app_message m JOIN path ON m.id = path.parent_id
+)
+SELECT id FROM path ORDER BY depth DESC
+"""
+
+
+def path_ids(leaf_id: str | None) -> list[str]:
+    """Ids of the messages root → ``leaf_id`` in one query (a recursive CTE)."""
+    if not leaf_id:
+        return []
+    with connection.cursor() as cursor:
+        cursor.execute(_PATH_SQL, [leaf_id])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def messages_with_parts(ids: list[str]) -> list[Message]:
+    """Messages in ``ids`` order with their parts attached (two queries, whatever the size)."""
+    if not ids:
+        return []
+    by_id = {m.id: m for m in Message.objects.filter(id__in=ids)}
+    parts: dict[str, list[Part]] = {}
+    for part in Part.objects.filter(message_id__in=ids).order_by("message_id", "order"):
+        parts.setdefault(part.message_id, []).append(part)
+    result = []
+    for mid in ids:
+        message = by_id.get(mid)
+        if message is not None:
+            message.loaded_parts = parts.get(mid, [])
+            result.append(message)
+    return result
+
+
+def active_path(session: Session, leaf_id: str | None = None) -> list[Message]:
+    return messages_with_parts(path_ids(leaf_id if leaf_id is not None else session.head_id))
+
+
+def all_messages(session: Session) -> list[Message]:
+    ids = list(Message.objects.filter(session=session).order_by("id").values_list("id", flat=True))
+    return messages_with_parts(ids)
+
+
+# -- the contract's JSON shapes ---------------------------------------------------------------
+def _iso(value) -> str | None:  # noqa: ANN001
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+def session_data(session: Session) -> dict[str, Any]:
+    return {
+        "id": session.id,
+        "title": session.title,
+        "owner": session.owner_id,
+        "status": session.status,
+        "busy_run_id": session.busy_run_id,
+        "head_message_id": session.head_id,
+        "revert": session.revert,
+        "summary": session.summary or {"additions": 0, "deletions": 0, "files": 0},
+        "forked_from_session_id": session.forked_from_session_id,
+        "forked_from_message_id": session.forked_from_message_id,
+        "model": session.model,
+        "system_prompt": session.system_prompt,
+        "checkpoint": session.checkpoint,
+        "created_at": _iso(session.created_at),
+        "updated_at": _iso(session.updated_at),
+    }
+
+
+def part_data(part: Part) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "id": part.id,
+        "message_id": part.message_id,
+        "session_id": part.session_id,
+        "order": part.order,
+        "type": part.type,
+    }
+    if part.type in (Part.Type.TEXT, Part.Type.REASONING):
+        data["text"] = part.text
+    if part.type == Part.Type.TOOL:
+        data["call_id"] = part.call_id
+        data["tool"] = part.tool
+        data["state"] = part.state or {}
+    if part.data:
+        data.update(part.data)
+    return data
+
+
+def message_data(message: Message, parts: list[Part] | None = None) -> dict[str, Any]:
+    if parts is None:
+        parts = getattr(message, "loaded_parts", None)
+        if parts is None:
+            parts = list(message.parts.order_by("order"))
+    return {
+        "id": message.id,
+        "session_id": message.session_id,
+        "run_id": message.run_id,
+        "parent_id": message.parent_id,
+        "role": message.role,
+        "created_at": _iso(message.created_at),
+        "completed_at": _iso(message.completed_at),
+        "error": message.error,
+        "model": message.model,
+        "tokens": message.tokens or {},
+        "parts": [part_data(p) for p in parts],
+    }

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import shutil
+
+from django.conf import settings
+from django.db import transaction
+
+from .. import events
+from ..errors import InvalidInput, NotFoundError, SessionBusyError
+from ..models import Message, Session
+from ..selectors import session_data
+from . import lock
+
+
+def create_session(
+    *, owner, title: str = "", model: str = "", system_prompt: str = "", checkpoint: str = ""
+) -> Session:  # noqa: ANN001
+    checkpoint = checkpoint or Session.Checkpoint.TOOL_BATCH
+    if checkpoint not in Session.Checkpoint.values:
+        raise InvalidInput(f"checkpoint must be one of {', '.join(Session.Checkpoint.values)}.")
+    model = model or settings.AGENT_MODEL
+    if model != "scripted" and not model.startswith("openai:"):
+        raise InvalidInput("model must be 'scripted' or 'openai:<model>'.")
+    session = Session.objects.create(
+        owner=owner,
+        title=title[:200] or "New session",
+        model=model,
+        system_prompt=system_prompt,
+        checkpoint=checkpoint,
+    )
+    session.worktree.mkdir(parents=True, exist_ok=True)
+    return session
+
+
+def delete_session(*, session: Session) -> None:
+    with transaction.atomic():
+        locked = Session.objects.select_for_update().get(id=session.id)
+        if lock.is_busy(locked):
+            raise SessionBusyError()
+        worktree, snapshot_dir = locked.worktree, locked.snapshot_dir
+        locked.delete()
+    shutil.rmtree(worktree, ignore_errors=True)
+    shutil.rmtree(snapshot_dir, ignore_errors=True)
+
+
+def newest_leaf(message: Message) -> Message:
+    """The newest message in the subtree under ``message`` that has no children."""
+    current = message
+    while True:
+        child = Message.objects.filter(parent=current).order_by("-id").first()
+        if child is None:
+            return current
+        current = child
+
+
+def switch_head(*, session: Session, message_id: str) -> Session:
+    with transaction.atomic():
+        locked = Session.objects.select_for_update().get(id=session.id)
+        if lock.is_busy(locked):
+            raise SessionBusyError()
+        message = Message.objects.filter(session=locked, id=message_id).first()
+        if message is None:
+            raise NotFoundError("No such message in this session.")
+        locked.head = newest_leaf(message)
+        locked.save(update_fields=["head", "updated_at"])
+        events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
+    return locked
