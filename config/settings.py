@@ -185,6 +185,8 @@ STREAM_FRAME_MS = float(os.environ.get("STREAM_FRAME_MS", "40"))
 STREAM_FLUSH_SECONDS = float(os.environ.get("STREAM_FLUSH_SECONDS", "0.5"))
 SCRIPTED_DEFAULT_PACE_MS = float(os.environ.get("SCRIPTED_DEFAULT_PACE_MS", "15"))
 EMBEDDED_RUN_THREADS = int(os.environ.get("EMBEDDED_RUN_THREADS", "4"))
+# Where runs execute: "celery" (services mode) or "thread" (embedded: in-process pool).
+RUN_EXECUTOR = os.environ.get("RUN_EXECUTOR", "thread" if EMBEDDED else "celery")
 
 LOGGING = {
     "version": 1,

@@ -36,7 +36,7 @@ def _run_safely(run_id: str) -> None:
 
 
 def enqueue(run_id: str) -> Future | None:
-    if settings.EMBEDDED:
+    if settings.RUN_EXECUTOR == "thread":
         return _embedded_pool().submit(_run_safely, run_id)
     from .tasks import run_agent_task
 
