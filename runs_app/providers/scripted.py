@@ -38,7 +38,8 @@ class Segment:
 
 
 def _split(line: str) -> tuple[str, str]:
-    word, _, rest = line.strip().partition(" ")
+    # Only the line's leading whitespace goes: the text of write/say is kept exactly.
+    word, _, rest = line.lstrip().rstrip("\r").partition(" ")
     return word.lower(), rest
 
 

@@ -1,0 +1,102 @@
+from __future__ import annotations
+
+import pytest
+from rest_framework.test import APIClient
+
+from sessions_app.models import Session
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_issues_a_token_for_a_valid_login(owner):
+    client = APIClient()
+    ok = client.post(
+        "/api/auth/token/", {"username": "alice", "password": "alice-pw"}, format="json"
+    )
+    assert ok.status_code == 200 and len(ok.json()["token"]) == 40
+    bad = client.post("/api/auth/token/", {"username": "alice", "password": "x"}, format="json")
+    assert bad.status_code == 401
+    assert bad.json()["error"]["type"] == "NotAuthenticated"
+
+
+def test_it_answers_401_in_the_error_shape_without_credentials():
+    response = APIClient().get("/api/sessions/")
+    assert response.status_code == 401
+    assert response.json()["error"]["type"] == "NotAuthenticated"
+
+
+def test_it_creates_lists_gets_and_deletes_sessions(api, owner):
+    created = api.post("/api/sessions/", {"title": "first"}, format="json")
+    assert created.status_code == 201
+    body = created.json()
+    assert body["id"].startswith("ses_") and body["status"] == "idle"
+    assert body["model"] == "scripted" and body["checkpoint"] == "tool-batch"
+    assert body["head_message_id"] is None and body["revert"] is None
+    assert [s["id"] for s in api.get("/api/sessions/").json()] == [body["id"]]
+    assert api.get(f"/api/sessions/{body['id']}/").json()["title"] == "first"
+    assert api.delete(f"/api/sessions/{body['id']}/").status_code == 204
+    assert not Session.objects.exists()
+
+
+def test_it_refuses_bad_session_input(api):
+    bad = api.post("/api/sessions/", {"checkpoint": "sometimes"}, format="json")
+    assert bad.status_code == 400
+    assert bad.json()["error"] == {
+        "type": "ValidationError",
+        "message": "checkpoint must be one of runs, tool-batch, tool.",
+    }
+    assert api.post("/api/sessions/", {"model": "gpt"}, format="json").status_code == 400
+    garbage = api.post("/api/sessions/", "not json", content_type="application/json")
+    assert garbage.status_code == 400 and garbage.json()["error"]["type"] == "ValidationError"
+
+
+def test_ids_are_prefixed_and_sort_by_creation(api):
+    ids = [api.post("/api/sessions/", {}, format="json").json()["id"] for _ in range(5)]
+    assert ids == sorted(ids)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_outsider_gets_404_on_every_session_endpoint(api, outsider_api):
+    sid = api.post("/api/sessions/", {}, format="json").json()["id"]
+    run = api.post(
+        f"/api/sessions/{sid}/runs/",
+        {"messages": [{"role": "user", "content": "hi"}], "wait": True},
+        format="json",
+    ).json()
+    calls = [
+        ("get", f"/api/sessions/{sid}/", None),
+        ("delete", f"/api/sessions/{sid}/", None),
+        ("get", f"/api/sessions/{sid}/messages/", None),
+        ("post", f"/api/sessions/{sid}/head/", {"message_id": run["input_message_id"]}),
+        ("get", f"/api/sessions/{sid}/runs/", None),
+        ("post", f"/api/sessions/{sid}/runs/", {"messages": [{"role": "user", "content": "x"}]}),
+        (
+            "post",
+            f"/api/sessions/{sid}/runs/stream/",
+            {"messages": [{"role": "user", "content": "x"}]},
+        ),
+        ("post", f"/api/sessions/{sid}/abort/", {}),
+        ("get", f"/api/sessions/{sid}/files/", None),
+        ("get", f"/api/sessions/{sid}/files/a.txt", None),
+        ("get", f"/api/runs/{run['id']}/", None),
+        ("get", f"/api/runs/{run['id']}/messages/", None),
+        ("post", f"/api/runs/{run['id']}/cancel/", {}),
+    ]
+    for method, url, body in calls:
+        response = getattr(outsider_api, method)(url, body, format="json")
+        assert response.status_code == 404, (method, url, response.status_code)
+        assert response.json()["error"]["type"] == "NotFound"
+    assert Session.objects.filter(id=sid).exists()
+
+
+def test_unknown_api_paths_answer_json_404(api):
+    response = api.get("/api/nothing-here/")
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "NotFound"
+
+
+def test_the_openapi_schema_and_docs_are_served(api):
+    schema = api.get("/api/schema/?format=json")
+    assert schema.status_code == 200
+    assert "/api/sessions/{session_id}/runs/" in schema.json()["paths"]
+    assert api.get("/api/docs/").status_code == 200

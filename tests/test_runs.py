@@ -1,0 +1,244 @@
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from runs_app.engine import run_agent
+from runs_app.models import Run
+from runs_app.services.runs import start_run
+from sessions_app.models import Message, Part, Session
+from sessions_app.services.sessions import create_session
+from tests.conftest import client_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def prompt(api, sid, text, **extra):
+    return api.post(
+        f"/api/sessions/{sid}/runs/",
+        {"messages": [{"role": "user", "content": text}], **extra},
+        format="json",
+    )
+
+
+def new_session(api):
+    return api.post("/api/sessions/", {}, format="json").json()["id"]
+
+
+def wait_idle(sid, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Run.objects.filter(session_id=sid).exclude(status__in=Run.TERMINAL).exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError("runs did not finish")
+
+
+def test_a_prompt_with_wait_writes_and_reads_a_file(api):
+    sid = new_session(api)
+    response = prompt(api, sid, "write notes/a.txt first line\nread notes/a.txt", wait=True)
+    assert response.status_code == 200
+    run = response.json()
+    assert run["status"] == "completed" and run["id"].startswith("run_")
+    session = Session.objects.get(id=sid)
+    assert (session.worktree / "notes/a.txt").read_bytes() == b"first line"
+    messages = api.get(f"/api/sessions/{sid}/messages/").json()
+    assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
+    assert messages[1]["parent_id"] == messages[0]["id"]
+    assert messages[2]["parent_id"] == messages[1]["id"]
+    step1 = messages[1]["parts"]
+    assert [p["type"] for p in step1] == ["step-start", "tool", "tool", "step-finish", "patch"]
+    write, read = step1[1], step1[2]
+    assert write["state"]["status"] == "completed" and write["tool"] == "write"
+    assert read["state"]["output"] == "first line"
+    assert step1[4]["files"] == ["notes/a.txt"]
+    assert step1[0]["snapshot"] != step1[3]["snapshot"]
+    text = [p["text"] for p in messages[2]["parts"] if p["type"] == "text"]
+    assert text == ["done"]
+    assert session.head_id == messages[2]["id"] and session.status == "idle"
+    transcript = api.get(f"/api/runs/{run['id']}/messages/").json()
+    assert [m["role"] for m in transcript] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert transcript[1]["tool_calls"][0]["function"]["name"] == "write"
+
+
+def test_say_streams_text_into_one_text_part(api):
+    sid = new_session(api)
+    run = prompt(api, sid, "say hello world", wait=True).json()
+    assert run["status"] == "completed"
+    parts = Part.objects.filter(message__run_id=run["id"], message__role="assistant", type="text")
+    assert [p.text for p in parts] == ["hello world"]
+
+
+def test_run_input_is_validated(api):
+    sid = new_session(api)
+    url = f"/api/sessions/{sid}/runs/"
+    cases = [
+        ({}, "messages is required in prompt mode."),
+        (
+            {"mode": "resume", "messages": [{"role": "user", "content": "x"}]},
+            "messages is not allowed in resume mode.",
+        ),
+        (
+            {"mode": "sideways", "messages": [{"role": "user", "content": "x"}]},
+            "mode must be 'prompt' or 'resume'.",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "x"}], "multitask_strategy": "later"},
+            "multitask_strategy must be one of reject, enqueue, interrupt, rollback.",
+        ),
+        ({"messages": "hello"}, "messages must be a list of {role, content} objects."),
+        (
+            {"messages": [{"role": "user", "content": ""}]},
+            "each message needs a non-empty string content.",
+        ),
+    ]
+    for body, message in cases:
+        response = api.post(url, body, format="json")
+        assert response.status_code == 400, body
+        assert response.json()["error"] == {"type": "ValidationError", "message": message}
+    assert not Run.objects.exists()
+
+
+def test_two_runs_at_once_give_one_202_and_one_409(owner):
+    api = client_for(owner)
+    sid = new_session(api)
+    codes = []
+    barrier = threading.Barrier(2)
+
+    def go():
+        client = client_for(owner)
+        barrier.wait()
+        codes.append(prompt(client, sid, "wait 1").status_code)
+        connection.close()
+
+    threads = [threading.Thread(target=go) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(codes) == [202, 409]
+    busy = prompt(api, sid, "say again")
+    assert busy.status_code == 409
+    assert busy.json()["error"]["type"] == "SessionBusyError"
+    assert api.delete(f"/api/sessions/{sid}/").status_code == 409
+    wait_idle(sid)
+    assert Run.objects.filter(session_id=sid).count() == 1
+
+
+def test_enqueued_runs_complete_one_after_the_other(api):
+    sid = new_session(api)
+    first = prompt(api, sid, "wait 0.5\nsay one")
+    second = prompt(api, sid, "say two", multitask_strategy="enqueue")
+    assert (first.status_code, second.status_code) == (202, 202)
+    wait_idle(sid)
+    a = Run.objects.get(id=first.json()["id"])
+    b = Run.objects.get(id=second.json()["id"])
+    assert a.status == b.status == "completed"
+    assert a.finished_at <= b.started_at
+    texts = [
+        "".join(p.text for p in m.parts.filter(type="text"))
+        for m in Message.objects.filter(session_id=sid).order_by("id")
+    ]
+    assert texts == ["wait 0.5\nsay one", "", "one", "say two", "two"]
+    assert Session.objects.get(id=sid).status == "idle"
+
+
+def test_a_path_escape_ends_as_a_tool_error(api, tmp_path):
+    sid = new_session(api)
+    session = Session.objects.get(id=sid)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    (session.worktree / "out").symlink_to(outside)
+    run = prompt(api, sid, "write ../../etc/x y\nwrite out/keep.txt changed", wait=True).json()
+    assert run["status"] == "completed"
+    tools = Part.objects.filter(message__run_id=run["id"], type="tool").order_by("order")
+    assert [t.state["status"] for t in tools] == ["error", "error"]
+    assert "escapes the worktree" in tools[0].state["error"]
+    assert "symlink" in tools[1].state["error"]
+    assert (outside / "keep.txt").read_text() == "keep"
+    assert [p.name for p in outside.iterdir()] == ["keep.txt"]
+    assert not (tmp_path / "etc").exists() and not (session.worktree.parent.parent / "etc").exists()
+
+
+def test_cancel_stops_the_run_and_keeps_its_output(api):
+    sid = new_session(api)
+    run = prompt(api, sid, "say started\nwait 30").json()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if Part.objects.filter(message__run_id=run["id"], type="tool").exists():
+            break
+        time.sleep(0.05)
+    response = api.post(f"/api/runs/{run['id']}/cancel/", {}, format="json")
+    assert response.status_code == 202
+    wait_idle(sid)
+    done = Run.objects.get(id=run["id"])
+    assert done.status == "cancelled"
+    tool = Part.objects.get(message__run_id=run["id"], type="tool")
+    assert tool.state["status"] in ("pending", "running")  # unfinished, for resume
+    text = Part.objects.get(message__run_id=run["id"], message__role="assistant", type="text")
+    assert text.text == "started"
+    assert Session.objects.get(id=sid).status == "idle"
+    again = api.post(f"/api/runs/{run['id']}/cancel/", {}, format="json")
+    assert again.status_code == 409
+
+
+def test_a_failing_model_ends_the_run_in_error(api):
+    sid = new_session(api)
+    run = prompt(api, sid, "say partial\nfail the model broke", wait=True).json()
+    assert run["status"] == "error"
+    assert run["error"]["message"] == "the model broke"
+    assert Session.objects.get(id=sid).status == "idle"
+
+
+def test_max_steps_bounds_the_loop(owner, settings):
+    settings.AGENT_MAX_STEPS = 2
+    session = create_session(owner=owner)
+    run = start_run(
+        session=session,
+        user=owner,
+        messages=[{"role": "user", "content": "write a 1\nsay x\nwrite b 2\nsay y\nwrite c 3"}],
+        defer_enqueue=True,
+    )
+    run_agent(run.id)
+    run.refresh_from_db()
+    assert run.status == "completed" and run.result == "max_steps"
+    assert Message.objects.filter(run_id=run.id, role="assistant").count() == 2
+
+
+def _prior_history(session, owner, count):
+    """``count`` messages of finished history, written in bulk."""
+    parent = None
+    messages, parts = [], []
+    for i in range(count):
+        m = Message(session=session, role="user" if i % 2 == 0 else "assistant", parent=parent)
+        messages.append(m)
+        parts.append(Part(message=m, session=session, type="text", text=f"message {i}"))
+        parent = m
+    Message.objects.bulk_create(messages)
+    Part.objects.bulk_create(parts)
+    Session.objects.filter(id=session.id).update(head=messages[-1])
+
+
+@pytest.mark.parametrize("mode", ["tool-batch"])
+def test_history_load_and_checkpoints_do_not_grow_with_history(owner, mode):
+    counts = []
+    for size in (10, 400):
+        session = create_session(owner=owner, checkpoint=mode)
+        _prior_history(session, owner, size)
+        run = start_run(
+            session=session,
+            user=owner,
+            messages=[{"role": "user", "content": "write a.txt x\nappend a.txt y"}],
+            defer_enqueue=True,
+        )
+        with CaptureQueriesContext(connection) as ctx:
+            run_agent(run.id)
+        run.refresh_from_db()
+        assert run.status == "completed"
+        counts.append(len(ctx.captured_queries))
+    assert counts[0] == counts[1]
