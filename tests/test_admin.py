@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from sessions_app.services.sessions import create_session
+
+pytestmark = pytest.mark.django_db
+
+
+def staff(name: str) -> User:
+    user = User.objects.create_user(name, password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_session", "view_run", "view_message"])
+    )
+    return user
+
+
+def test_a_staff_user_sees_only_their_own_sessions(owner):
+    alice, bob = staff("alice-staff"), staff("bob-staff")
+    mine = create_session(owner=alice, title="alice's")
+    theirs = create_session(owner=bob, title="bob's")
+    client = Client()
+    client.force_login(alice)
+    listing = client.get("/admin/sessions_app/session/")
+    assert listing.status_code == 200
+    assert mine.id in listing.content.decode() and theirs.id not in listing.content.decode()
+    assert client.get(f"/admin/sessions_app/session/{theirs.id}/change/").status_code == 302
+    assert client.get(f"/admin/sessions_app/session/{mine.id}/change/").status_code == 200
+
+
+def test_a_superuser_sees_every_session(owner):
+    root = User.objects.create_superuser("root", password="pw")
+    a = create_session(owner=owner, title="a")
+    client = Client()
+    client.force_login(root)
+    assert a.id in client.get("/admin/sessions_app/session/").content.decode()
+    assert client.get("/admin/runs_app/run/").status_code == 200
+    assert client.get("/admin/sessions_app/part/").status_code == 200
+
+
+def test_pages_need_a_login_and_show_my_sessions(owner, outsider):
+    mine = create_session(owner=owner, title="my work")
+    client = Client()
+    assert client.get("/").status_code == 302
+    client.force_login(owner)
+    page = client.get("/")
+    assert "my work" in page.content.decode()
+    assert client.get(f"/s/{mine.id}/").status_code == 200
+    client.force_login(outsider)
+    assert client.get(f"/s/{mine.id}/").status_code == 404
+    assert "my work" not in client.get("/").content.decode()
+
+
+def test_the_browser_api_keeps_csrf_on(owner):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(owner)
+    response = client.post("/api/sessions/", {}, content_type="application/json")
+    assert response.status_code == 403
