@@ -62,7 +62,7 @@ class Heartbeat(threading.Thread):
         renew_every = max(0.2, settings.RUN_LEASE_SECONDS / 3)
         last_renew = time.monotonic()
         try:
-            while not self.stop.wait(0.1):
+            while not self.stop.wait(0.25):
                 if Run.objects.filter(id=self.run_id, abort_requested=True).exists():
                     self.abort.set()
                 if time.monotonic() - last_renew >= renew_every:

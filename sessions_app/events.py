@@ -207,6 +207,8 @@ class Publisher:
         parts = self._pending.pop(session_id, None)
         if not parts:
             return
+        if len(self._last_sent) > 10_000:  # bounded: a long-lived worker sees many sessions
+            self._last_sent.clear()
         self._last_sent[session_id] = time.monotonic()
         for p in parts.values():
             self._enqueue(
@@ -228,7 +230,9 @@ class Publisher:
 
     async def _next_seq(self, session_id: str) -> int:
         if settings.EMBEDDED:
-            seq = self._seq.get(session_id, 0) + 1
+            # One process publishes in embedded mode; start from the clock so that numbers
+            # keep increasing across a restart of the server.
+            seq = max(self._seq.get(session_id, 0) + 1, int(time.time() * 1000) * 1000)
             self._seq[session_id] = seq
             return seq
         if self._redis is None:

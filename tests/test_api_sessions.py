@@ -100,3 +100,37 @@ def test_the_openapi_schema_and_docs_are_served(api):
     assert schema.status_code == 200
     assert "/api/sessions/{session_id}/runs/" in schema.json()["paths"]
     assert api.get("/api/docs/").status_code == 200
+
+
+def _history(session, count):
+    from sessions_app.models import Message, Part
+
+    parent, messages, parts = None, [], []
+    for i in range(count):
+        m = Message(session=session, role="user" if i % 2 == 0 else "assistant", parent=parent)
+        messages.append(m)
+        parts += [
+            Part(message=m, session=session, order=0, type="text", text=f"m{i}"),
+            Part(message=m, session=session, order=1, type="step-start", data={"snapshot": "x"}),
+        ]
+        parent = m
+    Message.objects.bulk_create(messages)
+    Part.objects.bulk_create(parts)
+    Session.objects.filter(id=session.id).update(head=messages[-1])
+
+
+def test_messages_load_in_constant_queries(api, owner):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    counts = []
+    for size in (3, 300):
+        sid = api.post("/api/sessions/", {}, format="json").json()["id"]
+        _history(Session.objects.get(id=sid), size)
+        with CaptureQueriesContext(connection) as ctx:
+            body = api.get(f"/api/sessions/{sid}/messages/").json()
+        assert len(body) == size and body[-1]["parts"][0]["text"] == f"m{size - 1}"
+        tree = api.get(f"/api/sessions/{sid}/messages/?tree=1").json()
+        assert len(tree) == size
+        counts.append(len(ctx.captured_queries))
+    assert counts[0] == counts[1]
