@@ -242,3 +242,24 @@ def test_history_load_and_checkpoints_do_not_grow_with_history(owner, mode):
         assert run.status == "completed"
         counts.append(len(ctx.captured_queries))
     assert counts[0] == counts[1]
+
+
+@pytest.mark.parametrize(
+    ("mode", "written_mid_batch"), [("runs", 0), ("tool-batch", 0), ("tool", 1)]
+)
+def test_checkpoint_modes_decide_when_tool_rows_are_written(api, mode, written_mid_batch):
+    sid = api.post("/api/sessions/", {"checkpoint": mode}, format="json").json()["id"]
+    worktree = Session.objects.get(id=sid).worktree
+    run = prompt(api, sid, "write a.txt x\nwait 1").json()
+    deadline = time.monotonic() + 10
+    while not (worktree / "a.txt").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)  # the write is done, the wait is running: mid-batch
+    completed = Part.objects.filter(
+        message__run_id=run["id"], type="tool", state__status="completed"
+    ).count()
+    assert completed == written_mid_batch
+    wait_idle(sid)
+    parts = Part.objects.filter(message__run_id=run["id"], type="tool")
+    assert sorted(p.state["status"] for p in parts) == ["completed", "completed"]
+    assert Run.objects.get(id=run["id"]).checkpoint == mode
