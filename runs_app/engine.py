@@ -262,46 +262,69 @@ class AgentLoop:
         message = self.new_message(Message.Role.ASSISTANT)
         self.new_part(message, Part.Type.STEP_START, data={"snapshot": before, "step": index})
         self.emit(events.MESSAGE_UPDATED, message=message_data(message))
-        calls = self.stream(message)
-        tool_parts = []
-        for call in calls:
-            part = self.new_part(
-                message,
-                Part.Type.TOOL,
-                call_id=call.call_id,
-                tool=call.name,
-                state={
-                    "status": "pending",
-                    "input": call.arguments,
-                    "output": None,
-                    "error": None,
-                    "metadata": {},
-                    "time": {"start": None, "end": None},
-                },
-            )
-            tool_parts.append(part)
-            self.emit(events.PART_UPDATED, part=part_data(part))
-        if self.mode == Session.Checkpoint.TOOL and tool_parts:
-            self.writer.flush()
-        for part in tool_parts:
-            self.check()
-            self.run_tool(part)
-            if self.mode == Session.Checkpoint.TOOL:
+        tool_parts: list[Part] = []
+        try:
+            for call in self.stream(message):
+                tool_parts.append(self.pending_tool(message, call))
+            if self.mode == Session.Checkpoint.TOOL and tool_parts:
                 self.writer.flush()
-        after = self.snap.track() if tool_parts else before
-        changed = self.snap.patch(before, after) if after != before else []
+            for part in tool_parts:
+                self.check()
+                self.run_tool(part)
+                if self.mode == Session.Checkpoint.TOOL:
+                    self.writer.flush()
+        except BaseException:
+            # A step that ends in an error or an abort still records what it did to the files.
+            self.close_step(message, index, before, ran_tools=bool(tool_parts), finished=False)
+            raise
+        self.close_step(message, index, before, ran_tools=bool(tool_parts), finished=True)
+        return bool(tool_parts)
+
+    def pending_tool(self, message: Message, call: ToolCall) -> Part:
+        part = self.new_part(
+            message,
+            Part.Type.TOOL,
+            call_id=call.call_id,
+            tool=call.name,
+            state={
+                "status": "pending",
+                "input": call.arguments,
+                "output": None,
+                "error": None,
+                "metadata": {},
+                "time": {"start": None, "end": None},
+            },
+        )
+        self.emit(events.PART_UPDATED, part=part_data(part))
+        return part
+
+    def close_step(
+        self, message: Message, index: int, before: str, *, ran_tools: bool, finished: bool
+    ) -> None:
+        try:
+            after = self.snap.track() if ran_tools else before
+            changed = self.snap.patch(before, after) if after != before else []
+            skipped = self.snap.skipped() if changed else []
+        except snapshots.SnapshotError:
+            log.exception("snapshot after step %s of %s failed", index, self.run.id)
+            return
         self.tree = after
-        self.new_part(message, Part.Type.STEP_FINISH, data={"snapshot": after, "step": index})
+        data: dict[str, Any] = {"snapshot": after, "step": index}
+        if skipped:
+            data["skipped"] = skipped
+        if not finished:
+            data["interrupted"] = True
+        self.new_part(message, Part.Type.STEP_FINISH, data=data)
         if changed:
             self.new_part(message, Part.Type.PATCH, data={"snapshot": before, "files": changed})
-        message.completed_at = timezone.now()
+        if finished:
+            message.completed_at = timezone.now()
         self.writer.touch(message, "completed_at", "tokens", "structured")
-        if self.mode != Session.Checkpoint.RUNS:
+        if finished and self.mode != Session.Checkpoint.RUNS:
             self.writer.flush()
         self.emit(events.MESSAGE_UPDATED, message=message_data(message))
         if changed:
             self.publish_diff(before, after)
-        return bool(tool_parts)
 
     def stream(self, message: Message) -> list[ToolCall]:
         specs = [t.spec() for t in self.tools.values()]
@@ -377,12 +400,7 @@ class AgentLoop:
 
     def publish_diff(self, before: str, after: str) -> None:
         diff = self.snap.diff_stat(before, after)
-        total = self.snap.diff_stat(self.first_tree or before, after)
-        summary = {
-            "additions": sum(d["additions"] for d in total),
-            "deletions": sum(d["deletions"] for d in total),
-            "files": len(total),
-        }
+        summary = snapshots.summary_of(self.snap.diff_stat(self.first_tree or before, after))
         Session.objects.filter(id=self.session.id).update(summary=summary)
         self.emit(events.SESSION_DIFF, diff=diff, summary=summary)
 

@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from sessions_app.snapshots import Snapshots, summary_of
+
+
+@pytest.fixture
+def snap(tmp_path):
+    worktree = tmp_path / "wt"
+    worktree.mkdir()
+    return Snapshots(git_dir=tmp_path / "snap.git", worktree=worktree)
+
+
+def files(root):
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+def test_an_unchanged_worktree_gives_the_same_tree(snap):
+    (snap.worktree / "a.txt").write_text("a")
+    first = snap.track()
+    assert snap.track() == first
+    (snap.worktree / "a.txt").write_text("b")
+    assert snap.track() != first
+
+
+def test_restore_reproduces_a_tree_exactly(snap):
+    wt = snap.worktree
+    (wt / "keep.txt").write_text("same")
+    (wt / "mod.txt").write_text("old\n")
+    (wt / "gone.txt").write_text("will be deleted")
+    (wt / "deep/er/dir").mkdir(parents=True)
+    (wt / "deep/er/dir/ünïcødé 名前.txt").write_text("unicode")
+    (wt / ("l" * 200 + ".txt")).write_text("long name")
+    (wt / "blob.bin").write_bytes(bytes(range(256)) * 4)
+    before = files(wt)
+    tree = snap.track()
+    (wt / "mod.txt").write_text("new\n")
+    (wt / "gone.txt").unlink()
+    (wt / "deep/er/dir/ünïcødé 名前.txt").unlink()
+    (wt / "blob.bin").write_bytes(b"\x00changed")
+    (wt / "new/nested").mkdir(parents=True)
+    (wt / "new/nested/created.txt").write_text("created later")
+    (wt / "created.txt").write_text("created later")
+    snap.track()
+    snap.restore(tree)
+    assert files(wt) == before
+    assert snap.track() == tree
+
+
+def test_snapshots_never_touch_the_worktrees_own_git(snap):
+    wt = snap.worktree
+    subprocess.run(["git", "init", "-q"], cwd=wt, check=True)
+    (wt / ".git" / "marker").write_text("mine")
+    head = (wt / ".git" / "HEAD").read_text()
+    (wt / "a.txt").write_text("a")
+    tree = snap.track()
+    assert ".git" not in snap._git("ls-tree", "-r", "--name-only", tree)
+    (wt / "b.txt").write_text("b")
+    snap.restore(tree)
+    assert (wt / ".git" / "marker").read_text() == "mine"
+    assert (wt / ".git" / "HEAD").read_text() == head
+    assert not (wt / "b.txt").exists()
+
+
+def test_patch_and_diff_stat_agree_with_git_numstat(snap):
+    wt = snap.worktree
+    (wt / "a.txt").write_text("1\n2\n3\n")
+    (wt / "del.txt").write_text("x\n")
+    old = snap.track()
+    (wt / "a.txt").write_text("1\nTWO\n3\n4\n")
+    (wt / "del.txt").unlink()
+    (wt / "new.bin").write_bytes(b"\x00\x01\x02")
+    new = snap.track()
+    assert snap.patch(old, new) == ["a.txt", "del.txt", "new.bin"]
+    diff = snap.diff_stat(old, new)
+    assert diff == [
+        {"file": "a.txt", "status": "modified", "additions": 2, "deletions": 1, "binary": False},
+        {"file": "del.txt", "status": "deleted", "additions": 0, "deletions": 1, "binary": False},
+        {"file": "new.bin", "status": "added", "additions": 0, "deletions": 0, "binary": True},
+    ]
+    numstat = snap._git("diff-tree", "-r", "--numstat", old, new)
+    assert summary_of(diff)["additions"] == sum(
+        int(line.split("\t")[0]) for line in numstat.splitlines() if line[0] != "-"
+    )
+    assert "+TWO" in snap.diff_text(old, new)
+
+
+def test_compose_takes_files_from_other_trees_without_touching_the_worktree(snap):
+    wt = snap.worktree
+    (wt / "a.txt").write_text("a1")
+    t1 = snap.track()
+    (wt / "a.txt").write_text("a2")
+    (wt / "b.txt").write_text("b2")
+    t2 = snap.track()
+    composed = snap.compose(t2, {"a.txt": t1, "b.txt": t1})
+    assert files(wt) == {"a.txt": b"a2", "b.txt": b"b2"}
+    assert snap.patch(t2, composed) == ["a.txt", "b.txt"]
+    snap.checkout(composed, snap.patch(t2, composed))
+    assert files(wt) == {"a.txt": b"a1"}
+
+
+def test_large_and_ignored_files_are_skipped_and_reported(snap, settings):
+    settings.SNAPSHOT_MAX_FILE_BYTES = 100
+    wt = snap.worktree
+    (wt / ".gitignore").write_text("build/\n")
+    (wt / "build").mkdir()
+    (wt / "build" / "out.o").write_text("ignored")
+    (wt / "big.dat").write_bytes(b"x" * 1000)
+    (wt / "small.txt").write_text("ok")
+    tree = snap.track()
+    names = snap._git("ls-tree", "-r", "--name-only", tree).split()
+    assert names == [".gitignore", "small.txt"]
+    assert snap.skipped() == [
+        {"path": "big.dat", "reason": "large"},
+        {"path": "build/", "reason": "ignored"},
+    ]
