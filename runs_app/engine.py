@@ -153,8 +153,15 @@ class AgentLoop:
             run.status = Run.Status.RUNNING
             self.emit(events.RUN_UPDATED, run=run_data(run))
             self.emit(events.SESSION_STATUS, status="busy", run_id=run.id)
+            prompting = run.mode == Run.Mode.PROMPT and run.input_message_id is None
+            if prompting and self.session.revert:
+                # Rule 1.3 / 3.6: a new prompt confirms a pending revert first.
+                from sessions_app.services.revert import cleanup_session
+
+                self.session = cleanup_session(session=self.session, holder_run_id=run.id)
+                self.head_id = self.session.head_id
             self.history = active_path(self.session)
-            if run.mode == Run.Mode.PROMPT and run.input_message_id is None:
+            if prompting:
                 self.start_prompt()
             else:
                 self.recover()

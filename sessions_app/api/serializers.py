@@ -17,3 +17,8 @@ class HeadIn(serializers.Serializer):
 class TokenIn(serializers.Serializer):
     username = serializers.CharField()
     password = serializers.CharField(trim_whitespace=False)
+
+
+class RevertIn(serializers.Serializer):
+    message_id = serializers.CharField(max_length=40)
+    part_id = serializers.CharField(max_length=40, required=False, allow_null=True, default=None)

@@ -21,10 +21,11 @@ from ..selectors import (
     session_for_user,
     sessions_for_user,
 )
+from ..services import revert as revert_services
 from ..services import sessions as session_services
 from ..tools_paths import resolve_inside
 from .errors import error_body
-from .serializers import HeadIn, SessionIn, TokenIn
+from .serializers import HeadIn, RevertIn, SessionIn, TokenIn
 
 
 @extend_schema(request=TokenIn, responses={200: dict})
@@ -105,3 +106,41 @@ def session_files(request: Request, session_id: str, path: str = "") -> Response
     if not target.is_file():
         raise Http404("No such file.")
     return FileResponse(open(target, "rb"), content_type="text/plain; charset=utf-8")
+
+
+@extend_schema(request=RevertIn, responses={200: dict})
+@api_view(["POST"])
+def session_revert(request: Request, session_id: str) -> Response:
+    session = session_for_user(request.user, session_id)
+    data = RevertIn(data=request.data)
+    data.is_valid(raise_exception=True)
+    session = revert_services.revert_session(
+        session=session, user=request.user, **data.validated_data
+    )
+    return Response(session_data(session))
+
+
+@extend_schema(request=None, responses={200: dict})
+@api_view(["POST"])
+def session_unrevert(request: Request, session_id: str) -> Response:
+    session = session_for_user(request.user, session_id)
+    return Response(
+        session_data(revert_services.unrevert_session(session=session, user=request.user))
+    )
+
+
+@extend_schema(request=None, responses={200: dict})
+@api_view(["POST"])
+def session_cleanup(request: Request, session_id: str) -> Response:
+    session = session_for_user(request.user, session_id)
+    return Response(
+        session_data(revert_services.cleanup_session(session=session, user=request.user))
+    )
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+def session_diff(request: Request, session_id: str) -> Response:
+    session = session_for_user(request.user, session_id)
+    message_id = request.query_params.get("message_id") or None
+    return Response(revert_services.session_diff(session=session, message_id=message_id))

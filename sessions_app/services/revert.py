@@ -1,0 +1,283 @@
+"""Revert, unrevert and cleanup (SEMANTICS 3): a boundary in the conversation plus the files
+as they were there. ``revert`` marks and restores but deletes nothing; ``unrevert`` puts the
+pre-revert tree back exactly; ``cleanup`` confirms, deleting what lies after the boundary.
+
+Each move holds the session row (``select_for_update``) while it works on the files, so no run
+can start in between; a run that holds the busy lock makes them answer 409.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from .. import events, snapshots
+from ..errors import InvalidInput, NotFoundError, SessionBusyError
+from ..models import HistoryEvent, Message, Part, Session
+from ..selectors import active_path, session_data
+from . import lock
+
+EMPTY_SUMMARY = {"additions": 0, "deletions": 0, "files": 0}
+
+
+@dataclass(frozen=True)
+class Boundary:
+    index: int  # position of the boundary message in the active path
+    message: Message
+    part: Part | None  # set for a part-level boundary
+
+
+def find_boundary(path: list[Message], session: Session, message_id: str, part_id: str | None):
+    """Rule 3.1: part-level when the message has an earlier text/tool part; otherwise
+    message-level, moved to the user message that starts the turn."""
+    index = next((i for i, m in enumerate(path) if m.id == message_id), None)
+    if index is None:
+        if Message.objects.filter(id=message_id, session=session).exists():
+            raise InvalidInput("That message is not on the active branch of this session.")
+        raise NotFoundError("No such message in this session.")
+    message = path[index]
+    if part_id:
+        part = next((p for p in message.loaded_parts if p.id == part_id), None)
+        if part is None:
+            raise NotFoundError("No such part in this message.")
+        earlier = [
+            p
+            for p in message.loaded_parts
+            if p.order < part.order and p.type in (Part.Type.TEXT, Part.Type.TOOL)
+        ]
+        if earlier:
+            return Boundary(index, message, part)
+    start = index
+    while start > 0 and path[start].role != Message.Role.USER:
+        start -= 1
+    if path[start].role != Message.Role.USER:
+        start = index
+    return Boundary(start, path[start], None)
+
+
+def reverted_parts(path: list[Message], boundary: Boundary) -> list[Part]:
+    """Every part from the boundary on, in conversation order."""
+    result = []
+    for i, message in enumerate(path[boundary.index :]):
+        for part in message.loaded_parts:
+            if i == 0 and boundary.part is not None and part.order < boundary.part.order:
+                continue
+            result.append(part)
+    return result
+
+
+def _sources(parts: list[Part]) -> dict[str, str]:
+    """File → the tree to take it from: the first reverted patch naming it wins (rule 3.2)."""
+    sources: dict[str, str] = {}
+    for part in parts:
+        if part.type == Part.Type.PATCH:
+            for name in part.data.get("files", []):
+                sources.setdefault(name, part.data["snapshot"])
+    return sources
+
+
+def _locked(session: Session, *, holder_run_id: str | None = None) -> Session:
+    locked = Session.objects.select_for_update().get(id=session.id)
+    if lock.is_busy(locked) and locked.busy_run_id != holder_run_id:
+        raise SessionBusyError()
+    return locked
+
+
+def plan_revert(*, session: Session, message_id: str, part_id: str | None = None) -> dict:
+    """What a revert would do, without doing it: the boundary and the per-file diff."""
+    path = active_path(session)
+    boundary = find_boundary(path, session, message_id, part_id)
+    snap = snapshots.for_session(session)
+    current = snap.track()
+    pending = session.revert or {}
+    pre = pending.get("snapshot") or current
+    sources = _sources(reverted_parts(path, boundary))
+    target = snap.compose(current, _with_previous(sources, pending, pre))
+    return {
+        "message_id": boundary.message.id,
+        "part_id": boundary.part.id if boundary.part else None,
+        "diff": snap.diff_stat(pre, target),
+    }
+
+
+def _with_previous(sources: dict[str, str], pending: dict, pre: str) -> dict[str, str]:
+    # Files the pending revert restored that this one does not go back to the pre-revert
+    # version (rule 3.4: the boundary moves, from the same pre-revert snapshot).
+    merged = dict(sources)
+    for name in pending.get("files", []):
+        merged.setdefault(name, pre)
+    return merged
+
+
+def revert_session(
+    *,
+    session: Session,
+    message_id: str,
+    part_id: str | None = None,
+    user=None,  # noqa: ANN001
+) -> Session:
+    with transaction.atomic():
+        locked = _locked(session)
+        path = active_path(locked)
+        boundary = find_boundary(path, locked, message_id, part_id)
+        snap = snapshots.for_session(locked)
+        current = snap.track()
+        pending = locked.revert or {}
+        pre = pending.get("snapshot") or current
+        sources = _sources(reverted_parts(path, boundary))
+        target = snap.compose(current, _with_previous(sources, pending, pre))
+        snap.checkout(target, snap.patch(current, target))
+        diff = snap.diff_stat(pre, target)
+        locked.revert = {
+            "message_id": boundary.message.id,
+            "part_id": boundary.part.id if boundary.part else None,
+            "snapshot": pre,
+            "diff": snap.diff_text(pre, target),
+            "files": sorted(sources),
+        }
+        locked.summary = snapshots.summary_of(diff)
+        locked.save(update_fields=["revert", "summary", "updated_at"])
+        HistoryEvent.objects.create(
+            session=locked,
+            kind="revert",
+            created_by=user,
+            data={
+                "message_id": boundary.message.id,
+                "part_id": locked.revert["part_id"],
+                "snapshot": pre,
+                "files": sorted(sources),
+            },
+        )
+        events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
+        events.publish_on_commit(locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary)
+    return locked
+
+
+def unrevert_session(*, session: Session, user=None) -> Session:  # noqa: ANN001
+    with transaction.atomic():
+        locked = _locked(session)
+        if not locked.revert:
+            return locked
+        snap = snapshots.for_session(locked)
+        current = snap.track()
+        pre = locked.revert["snapshot"]
+        diff = snap.diff_stat(current, pre)
+        snap.restore(pre)
+        locked.revert = None
+        locked.summary = dict(EMPTY_SUMMARY)
+        locked.save(update_fields=["revert", "summary", "updated_at"])
+        HistoryEvent.objects.create(
+            session=locked, kind="unrevert", created_by=user, data={"snapshot": pre}
+        )
+        events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
+        if diff:
+            events.publish_on_commit(
+                locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary
+            )
+    return locked
+
+
+def cleanup_session(
+    *,
+    session: Session,
+    user=None,
+    holder_run_id: str | None = None,  # noqa: ANN001
+) -> Session:
+    """Rule 3.6. ``holder_run_id``: a prompt run that holds the lock cleans up first (1.3)."""
+    with transaction.atomic():
+        locked = _locked(session, holder_run_id=holder_run_id)
+        revert = locked.revert
+        if not revert:
+            return locked
+        path = active_path(locked)
+        index = next((i for i, m in enumerate(path) if m.id == revert["message_id"]), None)
+        removed_parts: list[Part] = []
+        if index is None:  # the boundary left the path (head switched): nothing to delete
+            doomed: list[Message] = []
+        elif revert.get("part_id"):
+            message = path[index]
+            cut = next((p for p in message.loaded_parts if p.id == revert["part_id"]), None)
+            removed_parts = [p for p in message.loaded_parts if cut and p.order >= cut.order]
+            doomed = path[index + 1 :]
+            locked.head_id = message.id
+        else:
+            doomed = path[index:]
+            locked.head_id = path[index - 1].id if index > 0 else None
+        doomed_ids = _with_descendants(locked, [m.id for m in doomed])
+        Part.objects.filter(id__in=[p.id for p in removed_parts]).delete()
+        Message.objects.filter(id__in=doomed_ids).delete()
+        locked.revert = None
+        locked.summary = dict(EMPTY_SUMMARY)
+        locked.save(update_fields=["revert", "summary", "head", "updated_at"])
+        HistoryEvent.objects.create(
+            session=locked,
+            kind="cleanup",
+            created_by=user,
+            run_id=holder_run_id,
+            data={
+                "message_id": revert["message_id"],
+                "part_id": revert.get("part_id"),
+                "removed_messages": doomed_ids,
+                "removed_parts": [p.id for p in removed_parts],
+            },
+        )
+        for part in removed_parts:
+            events.publish_on_commit(
+                locked.id, events.PART_REMOVED, message_id=part.message_id, part_id=part.id
+            )
+        for mid in doomed_ids:
+            events.publish_on_commit(locked.id, events.MESSAGE_REMOVED, message_id=mid)
+        events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
+    return locked
+
+
+def _with_descendants(session: Session, ids: list[str]) -> list[str]:
+    """``ids`` and every message below them (other branches hang off them and go too)."""
+    if not ids:
+        return []
+    children: dict[str | None, list[str]] = {}
+    for mid, parent in Message.objects.filter(session=session).values_list("id", "parent_id"):
+        children.setdefault(parent, []).append(mid)
+    result, stack, seen = [], list(ids), set()
+    while stack:
+        mid = stack.pop()
+        if mid in seen:
+            continue
+        seen.add(mid)
+        result.append(mid)
+        stack.extend(children.get(mid, []))
+    return sorted(result)
+
+
+def session_diff(*, session: Session, message_id: str | None = None) -> list[dict]:
+    """Files changed in the whole session (first snapshot → now) or in one turn."""
+    path = active_path(session)
+    snap = snapshots.for_session(session)
+    if message_id:
+        index = next((i for i, m in enumerate(path) if m.id == message_id), None)
+        if index is None:
+            if Message.objects.filter(id=message_id, session=session).exists():
+                raise InvalidInput("That message is not on the active branch of this session.")
+            raise NotFoundError("No such message in this session.")
+        start = index
+        while start > 0 and path[start].role != Message.Role.USER:
+            start -= 1
+        end = start + 1
+        while end < len(path) and path[end].role != Message.Role.USER:
+            end += 1
+        turn = path[start:end]
+    else:
+        turn = path
+    starts = [p.data["snapshot"] for m in turn for p in m.loaded_parts if p.type == "step-start"]
+    if not starts:
+        return []
+    first = starts[0]
+    if message_id:
+        finishes = [
+            p.data["snapshot"] for m in turn for p in m.loaded_parts if p.type == "step-finish"
+        ]
+        last = finishes[-1] if finishes else first
+    else:
+        last = snap.track()
+    return snap.diff_stat(first, last)

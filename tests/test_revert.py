@@ -1,0 +1,241 @@
+from __future__ import annotations
+
+import subprocess
+import time
+
+import pytest
+
+from runs_app.models import Run
+from sessions_app.models import HistoryEvent, Message, Part, Session
+from sessions_app.selectors import active_path
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def turn(api, sid, script):
+    run = api.post(
+        f"/api/sessions/{sid}/runs/",
+        {"messages": [{"role": "user", "content": script}], "wait": True},
+        format="json",
+    ).json()
+    assert run["status"] == "completed", run
+    return run
+
+
+def user_messages(sid):
+    return list(Message.objects.filter(session_id=sid, role="user").order_by("id"))
+
+
+def files(root):
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+@pytest.fixture
+def sid(api):
+    return api.post("/api/sessions/", {}, format="json").json()["id"]
+
+
+def revert(api, sid, message_id, part_id=None):
+    body = {"message_id": message_id}
+    if part_id:
+        body["part_id"] = part_id
+    return api.post(f"/api/sessions/{sid}/revert/", body, format="json")
+
+
+@pytest.mark.parametrize(
+    ("scripts", "states"),
+    [
+        (
+            ["write a.txt A1", "write b.txt B1", "write c.txt C1"],
+            [{}, {"a.txt": b"A1"}, {"a.txt": b"A1", "b.txt": b"B1"}],
+        ),
+        (
+            ["write f.txt v1", "write f.txt v2", "write f.txt v3"],
+            [{}, {"f.txt": b"v1"}, {"f.txt": b"v2"}],
+        ),
+    ],
+)
+def test_revert_moves_between_turns_and_unrevert_is_exact(api, sid, scripts, states):
+    for script in scripts:
+        turn(api, sid, script)
+    worktree = Session.objects.get(id=sid).worktree
+    final = files(worktree)
+    users = user_messages(sid)
+    for user, expected in zip(users, states, strict=True):
+        response = revert(api, sid, user.id)
+        assert response.status_code == 200
+        assert response.json()["revert"]["message_id"] == user.id
+        assert files(worktree) == expected
+    for user, expected in reversed(list(zip(users, states, strict=True))):
+        revert(api, sid, user.id)
+        assert files(worktree) == expected
+    assert api.post(f"/api/sessions/{sid}/unrevert/").json()["revert"] is None
+    assert files(worktree) == final
+    assert Message.objects.filter(session_id=sid).count() == 9, "revert deletes nothing"
+    kinds = list(HistoryEvent.objects.filter(session_id=sid).values_list("kind", flat=True))
+    assert kinds == ["revert"] * 6 + ["unrevert"]
+
+
+def test_revert_restores_deleted_and_removes_created_files_only(api, sid):
+    worktree = Session.objects.get(id=sid).worktree
+    (worktree / "mine.txt").write_text("the user's own file")
+    subprocess.run(["git", "init", "-q"], cwd=worktree, check=True)
+    (worktree / "keep.bin").write_bytes(b"\x00\x01binary")
+    turn(api, sid, "write old.txt original\nwrite nested/dir/ünï名.txt x")
+    turn(
+        api, sid, "delete old.txt\nwrite deep/a/b/c/" + "n" * 120 + ".txt long\nwrite keep.bin bin2"
+    )
+    (worktree / "mine.txt").write_text("edited by the user, not the agent")
+    second = user_messages(sid)[1]
+    body = revert(api, sid, second.id).json()
+    assert files(worktree) == {
+        "mine.txt": b"edited by the user, not the agent",
+        "keep.bin": b"\x00\x01binary",
+        "old.txt": b"original",
+        "nested/dir/ünï名.txt": b"x",
+    }
+    assert not (worktree / "deep").exists() or not any((worktree / "deep").rglob("*.txt"))
+    assert (worktree / ".git" / "HEAD").exists()
+    assert body["summary"]["files"] == 3
+    api.post(f"/api/sessions/{sid}/unrevert/")
+    assert not (worktree / "old.txt").exists()
+    assert (worktree / "keep.bin").read_bytes() == b"bin2"
+
+
+def test_the_revert_summary_matches_git_numstat(api, sid):
+    turn(api, sid, "write a.txt one\nappend a.txt two")
+    turn(api, sid, "append a.txt three\nwrite b.txt x")
+    session = Session.objects.get(id=sid)
+    body = revert(api, sid, user_messages(sid)[1].id).json()
+    pre = body["revert"]["snapshot"]
+    env = {"GIT_DIR": str(session.snapshot_dir), "GIT_WORK_TREE": str(session.worktree)}
+    subprocess.run(["git", "add", "-A"], cwd=session.worktree, env=env, check=True)
+    now = subprocess.run(
+        ["git", "write-tree"], cwd=session.worktree, env=env, capture_output=True, text=True
+    ).stdout.strip()
+    numstat = subprocess.run(
+        ["git", "diff-tree", "-r", "--numstat", pre, now],
+        cwd=session.worktree,
+        env=env,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\n")
+    rows = [line.split("\t") for line in numstat if line]
+    assert body["summary"] == {
+        "additions": sum(int(r[0]) for r in rows),
+        "deletions": sum(int(r[1]) for r in rows),
+        "files": len(rows),
+    }
+    assert "-three" in body["revert"]["diff"].splitlines()
+    assert body["summary"]["files"] == 2
+
+
+def test_a_part_level_revert_keeps_the_earlier_parts(api, sid):
+    turn(api, sid, "say before\nwrite a.txt x")
+    worktree = Session.objects.get(id=sid).worktree
+    step = Message.objects.filter(session_id=sid, role="assistant").order_by("id").first()
+    tool = Part.objects.get(message=step, type="tool")
+    body = revert(api, sid, step.id, tool.id).json()
+    assert body["revert"]["message_id"] == step.id and body["revert"]["part_id"] == tool.id
+    assert not (worktree / "a.txt").exists()
+    cleaned = api.post(f"/api/sessions/{sid}/cleanup/").json()
+    assert cleaned["revert"] is None and cleaned["head_message_id"] == step.id
+    assert [p.type for p in Part.objects.filter(message=step).order_by("order")] == [
+        "step-start",
+        "text",
+    ]
+    assert Message.objects.filter(session_id=sid).count() == 2
+    assert api.post(f"/api/sessions/{sid}/unrevert/").json()["revert"] is None
+    assert not (worktree / "a.txt").exists(), "unrevert after cleanup does nothing"
+
+
+def test_a_part_without_earlier_text_or_tool_falls_back_to_the_turn(api, sid):
+    turn(api, sid, "say hi")
+    step = Message.objects.get(session_id=sid, role="assistant")
+    text = Part.objects.get(message=step, type="text")
+    body = revert(api, sid, step.id, text.id).json()
+    user = user_messages(sid)[0]
+    assert body["revert"]["message_id"] == user.id and body["revert"]["part_id"] is None
+    cleaned = api.post(f"/api/sessions/{sid}/cleanup/").json()
+    assert cleaned["head_message_id"] is None
+    assert not Message.objects.filter(session_id=sid).exists()
+
+
+def test_cleanup_without_a_revert_changes_nothing(api, sid):
+    turn(api, sid, "say hi")
+    before = Session.objects.get(id=sid).head_id
+    assert api.post(f"/api/sessions/{sid}/cleanup/").json()["head_message_id"] == before
+    assert Message.objects.filter(session_id=sid).count() == 2
+
+
+def test_a_new_prompt_confirms_a_pending_revert(api, sid):
+    turn(api, sid, "write a.txt one")
+    turn(api, sid, "write a.txt two")
+    worktree = Session.objects.get(id=sid).worktree
+    revert(api, sid, user_messages(sid)[1].id)
+    assert (worktree / "a.txt").read_text() == "one"
+    turn(api, sid, "say next")
+    session = Session.objects.get(id=sid)
+    assert session.revert is None
+    texts = [
+        "".join(p.text for p in m.loaded_parts if p.type == "text") for m in active_path(session)
+    ]
+    assert texts == ["write a.txt one", "", "done", "say next", "next"]
+    assert (worktree / "a.txt").read_text() == "one"
+
+
+def test_history_moves_answer_409_while_a_run_streams(api, sid):
+    turn(api, sid, "write a.txt one")
+    first_user = user_messages(sid)[0]
+    running = api.post(
+        f"/api/sessions/{sid}/runs/",
+        {"messages": [{"role": "user", "content": "wait 2"}]},
+        format="json",
+    ).json()
+    worktree = Session.objects.get(id=sid).worktree
+    for url, body in [
+        ("revert/", {"message_id": first_user.id}),
+        ("unrevert/", {}),
+        ("cleanup/", {}),
+    ]:
+        response = api.post(f"/api/sessions/{sid}/{url}", body, format="json")
+        assert response.status_code == 409
+        assert response.json()["error"]["type"] == "SessionBusyError"
+    assert (worktree / "a.txt").read_text() == "one"
+    assert Session.objects.get(id=sid).revert is None
+    deadline = time.monotonic() + 10
+    while Run.objects.get(id=running["id"]).status != "completed":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_foreign_messages_and_sessions_answer_404(api, outsider_api, sid):
+    turn(api, sid, "say hi")
+    other = api.post("/api/sessions/", {}, format="json").json()["id"]
+    turn(api, other, "say there")
+    foreign = user_messages(other)[0]
+    response = revert(api, sid, foreign.id)
+    assert response.status_code == 404
+    mine = user_messages(sid)[0]
+    assert revert(outsider_api, sid, mine.id).status_code == 404
+    for url in ("unrevert/", "cleanup/", "diff/"):
+        method = outsider_api.get if url == "diff/" else outsider_api.post
+        assert method(f"/api/sessions/{sid}/{url}").status_code == 404
+    assert revert(api, sid, mine.id, "prt_nope").status_code == 404
+
+
+def test_the_diff_of_a_turn_and_of_the_session(api, sid):
+    turn(api, sid, "write a.txt 1\nwrite b.txt 2")
+    turn(api, sid, "delete a.txt\nappend b.txt 3")
+    second = user_messages(sid)[1]
+    whole = api.get(f"/api/sessions/{sid}/diff/").json()
+    assert [(d["file"], d["status"]) for d in whole] == [("b.txt", "added")]
+    one = api.get(f"/api/sessions/{sid}/diff/?message_id={second.id}").json()
+    assert [(d["file"], d["status"], d["additions"], d["deletions"]) for d in one] == [
+        ("a.txt", "deleted", 0, 1),
+        ("b.txt", "modified", 1, 1),
+    ]
