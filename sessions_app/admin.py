@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 
+from .errors import AppError
 from .models import HistoryEvent, Message, Part, Session, Share
+from .selectors import active_path
+from .services import revert as revert_services
 
 
 class OwnedAdmin(admin.ModelAdmin):
@@ -53,10 +57,83 @@ class MessageInline(admin.TabularInline):
 
 @admin.register(Session)
 class SessionAdmin(OwnedAdmin):
-    list_display = ("id", "title", "owner", "status", "model", "created_at")
+    list_display = ("id", "title", "owner", "status", "reverted", "model", "created_at")
     list_filter = ("status", "model")
     search_fields = ("id", "title")
     inlines = [MessageInline]
+    actions = ["revert_action", "unrevert_action", "cleanup_action"]
+
+    @admin.display(boolean=True, description="revert pending")
+    def reverted(self, obj: Session) -> bool:
+        return bool(obj.revert)
+
+    @admin.action(description="Revert to a message or part…", permissions=["change"])
+    def revert_action(self, request: HttpRequest, queryset) -> HttpResponse | None:  # noqa: ANN001
+        if queryset.count() != 1:
+            self.message_user(request, "Pick exactly one session to revert.", messages.WARNING)
+            return None
+        session = queryset.get()
+        path = active_path(session)
+        choice = request.POST.get("boundary", "")
+        message_id, _, part_id = choice.partition(":")
+        plan = None
+        if choice and "apply" in request.POST:
+            try:
+                revert_services.revert_session(
+                    session=session,
+                    message_id=message_id,
+                    part_id=part_id or None,
+                    user=request.user,
+                )
+            except AppError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+                return None
+            self.message_user(request, f"Reverted {session.id}; files restored.")
+            return None
+        if choice:
+            try:
+                plan = revert_services.plan_revert(
+                    session=session, message_id=message_id, part_id=part_id or None
+                )
+            except AppError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+        return TemplateResponse(
+            request,
+            "admin/sessions_app/revert.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": f"Revert {session}",
+                "session": session,
+                "path": path,
+                "choice": choice,
+                "plan": plan,
+                "opts": self.model._meta,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
+
+    @admin.action(
+        description="Unrevert (restore the files from before the revert)", permissions=["change"]
+    )
+    def unrevert_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
+        self._each(request, queryset, revert_services.unrevert_session, "Unreverted")
+
+    @admin.action(
+        description="Confirm the revert (clean up what lies after it)", permissions=["change"]
+    )
+    def cleanup_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
+        self._each(request, queryset, revert_services.cleanup_session, "Cleaned up")
+
+    def _each(self, request: HttpRequest, queryset, service, verb: str) -> None:  # noqa: ANN001
+        done = 0
+        for session in queryset:
+            try:
+                service(session=session, user=request.user)
+                done += 1
+            except AppError as exc:
+                self.message_user(request, f"{session.id}: {exc.message}", messages.ERROR)
+        if done:
+            self.message_user(request, f"{verb} {done} session(s).")
 
     def get_readonly_fields(self, request: HttpRequest, obj=None):  # noqa: ANN001, ANN201
         return [f.name for f in self.model._meta.fields if f.name != "title"]

@@ -135,6 +135,7 @@ def revert_session(
             "snapshot": pre,
             "diff": snap.diff_text(pre, target),
             "files": sorted(sources),
+            "changes": diff,
         }
         locked.summary = snapshots.summary_of(diff)
         locked.save(update_fields=["revert", "summary", "updated_at"])

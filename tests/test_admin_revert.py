@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+
+from sessions_app.models import Message, Session
+from tests.conftest import client_for
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHANGELIST = "/admin/sessions_app/session/"
+
+
+def staff(name: str) -> User:
+    user = User.objects.create_user(name, password="pw", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_session", "change_session"])
+    )
+    return user
+
+
+def turn(api, sid, script):
+    run = api.post(
+        f"/api/sessions/{sid}/runs/",
+        {"messages": [{"role": "user", "content": script}], "wait": True},
+        format="json",
+    ).json()
+    assert run["status"] == "completed"
+
+
+@pytest.fixture
+def setup():
+    alice = staff("alice-staff")
+    api = client_for(alice)
+    sid = api.post("/api/sessions/", {}, format="json").json()["id"]
+    turn(api, sid, "write a.txt one")
+    turn(api, sid, "write b.txt two")
+    client = Client()
+    client.force_login(alice)
+    return alice, sid, client
+
+
+def test_the_admin_revert_previews_then_applies_then_unreverts(setup):
+    _, sid, client = setup
+    worktree = Session.objects.get(id=sid).worktree
+    second = Message.objects.filter(session_id=sid, role="user").order_by("id")[1]
+    base = {"action": "revert_action", "_selected_action": [sid]}
+    page = client.post(CHANGELIST, base)
+    assert page.status_code == 200 and second.id in page.content.decode()
+    preview = client.post(CHANGELIST, {**base, "boundary": second.id, "preview": "1"})
+    html = preview.content.decode()
+    assert 'id="revert-plan"' in html and "b.txt" in html and "deleted" in html
+    assert (worktree / "b.txt").exists(), "a preview changes nothing"
+    done = client.post(CHANGELIST, {**base, "boundary": second.id, "apply": "1"}, follow=True)
+    assert done.status_code == 200
+    assert not (worktree / "b.txt").exists() and (worktree / "a.txt").read_text() == "one"
+    assert Session.objects.get(id=sid).revert["message_id"] == second.id
+    client.post(CHANGELIST, {"action": "unrevert_action", "_selected_action": [sid]})
+    assert (worktree / "b.txt").read_text() == "two"
+    client.post(CHANGELIST, {**base, "boundary": second.id, "apply": "1"})
+    client.post(CHANGELIST, {"action": "cleanup_action", "_selected_action": [sid]})
+    session = Session.objects.get(id=sid)
+    assert session.revert is None and Message.objects.filter(session_id=sid).count() == 3
+
+
+def test_another_staff_user_cannot_revert_through_the_admin(setup):
+    _, sid, _ = setup
+    worktree = Session.objects.get(id=sid).worktree
+    bob = Client()
+    bob.force_login(staff("bob-staff"))
+    first = Message.objects.filter(session_id=sid, role="user").order_by("id")[0]
+    bob.post(
+        CHANGELIST,
+        {"action": "revert_action", "_selected_action": [sid], "boundary": first.id, "apply": "1"},
+    )
+    assert Session.objects.get(id=sid).revert is None
+    assert (worktree / "a.txt").exists() and (worktree / "b.txt").exists()
