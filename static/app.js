@@ -8,6 +8,7 @@ const api = (path) => `/api/sessions/${sessionId}${path}`;
 const messages = new Map(); // id -> {id, role, parent_id, completed_at, error, partIds: []}
 const parts = new Map(); // id -> part
 let order = []; // message ids of the active path, in order
+let session = null; // the session as the API shows it (status, revert, summary)
 let ready = false;
 const buffered = [];
 let refetchTimer = null;
@@ -118,6 +119,7 @@ function handle(ev) {
     case "session.status": setStatus(ev.status); break;
     case "session.diff": loadFiles(); break;
     case "session.updated":
+      session = ev.session;
       setStatus(ev.session.status);
       if (ev.session.head_message_id && !messages.has(ev.session.head_message_id)) scheduleRefetch();
       break;
@@ -162,22 +164,110 @@ function renderPart(p) {
   return null;
 }
 
+function revertedIds() {
+  // What a pending revert covers: messages from the boundary on, or, for a part boundary,
+  // that message's parts from the part on and every later message.
+  const dim = new Set();
+  const r = session && session.revert;
+  if (!r) return dim;
+  const at = order.indexOf(r.message_id);
+  if (at < 0) return dim;
+  order.forEach((id, i) => {
+    if (i > at || (i === at && !r.part_id)) dim.add(id);
+  });
+  if (r.part_id) {
+    const m = messages.get(r.message_id);
+    const cut = parts.get(r.part_id);
+    for (const pid of m ? m.partIds : []) {
+      if (cut && (parts.get(pid).order ?? 0) >= (cut.order ?? 0)) dim.add(pid);
+    }
+  }
+  return dim;
+}
+
+function revertButton(messageId, partId) {
+  const b = el("button", "revert-here", "↺ revert to here");
+  b.type = "button";
+  b.title = "Revert the conversation and the files to this point";
+  b.addEventListener("click", () => doRevert(messageId, partId));
+  return b;
+}
+
+async function doRevert(messageId, partId) {
+  showError("");
+  try {
+    session = await call("POST", api("/revert/"), partId ? { message_id: messageId, part_id: partId } : { message_id: messageId });
+    const boundary = messages.get(session.revert.message_id);
+    if (boundary && boundary.role === "user" && !session.revert.part_id) {
+      const text = boundary.partIds.map((id) => parts.get(id)).filter((p) => p.type === "text").map((p) => p.text).join("");
+      document.getElementById("prompt").value = text; // sending it again confirms the revert
+    }
+    render();
+    loadFiles();
+  } catch (err) { showError(err.message); }
+}
+
+async function revertMove(path) {
+  showError("");
+  try {
+    session = await call("POST", api(path), {});
+    if (path === "/cleanup/") await loadMessages(false);
+    render();
+    loadFiles();
+  } catch (err) { showError(err.message); }
+}
+
+function renderRevertBar() {
+  const bar = document.getElementById("revert-bar");
+  const r = session && session.revert;
+  bar.hidden = !r;
+  if (!r) return;
+  const changes = r.changes || [];
+  const list = el("ul", "changes");
+  for (const c of changes) {
+    const li = el("li", "change " + c.status);
+    li.append(el("code", "", c.file), el("span", "muted", `${c.status}${c.binary ? " (binary)" : ""} +${c.additions} −${c.deletions}`));
+    list.append(li);
+  }
+  const head = el("div", "bar-head");
+  head.append(el("strong", "", "Reverted"), el("span", "muted", `${changes.length} file(s) restored — send a message to confirm`));
+  const undo = el("button", "secondary", "Unrevert");
+  undo.id = "unrevert";
+  undo.type = "button";
+  undo.addEventListener("click", () => revertMove("/unrevert/"));
+  const confirm = el("button", "", "Confirm");
+  confirm.id = "confirm-revert";
+  confirm.type = "button";
+  confirm.addEventListener("click", () => revertMove("/cleanup/"));
+  head.append(undo, confirm);
+  bar.replaceChildren(head, list);
+}
+
 function render() {
   const box = document.getElementById("messages");
   const frag = document.createDocumentFragment();
+  const dim = revertedIds();
   for (const id of order) {
     const m = messages.get(id);
     if (!m) continue;
-    const div = el("div", "msg " + m.role);
+    const div = el("div", "msg " + m.role + (dim.has(id) ? " reverted" : ""));
     div.dataset.messageId = id;
     for (const pid of m.partIds) {
-      const node = renderPart(parts.get(pid));
-      if (node) div.append(node);
+      const part = parts.get(pid);
+      const node = renderPart(part);
+      if (!node) continue;
+      if (dim.has(pid)) node.classList.add("reverted");
+      if (part.type === "tool" && m.role === "assistant") node.append(revertButton(id, pid));
+      div.append(node);
     }
     if (m.error && m.error.message) div.append(el("div", "msg-error", m.error.message));
-    if (div.childNodes.length) frag.append(div);
+    if (div.childNodes.length) {
+      div.append(revertButton(id));
+      frag.append(div);
+    }
   }
   box.replaceChildren(frag);
+  renderRevertBar();
 }
 
 async function loadFiles() {
@@ -210,7 +300,7 @@ function connect() {
 }
 
 async function start() {
-  const session = await call("GET", api("/"));
+  session = await call("GET", api("/"));
   setStatus(session.status);
   await loadMessages(false);
   ready = true;
