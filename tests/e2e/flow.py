@@ -139,6 +139,15 @@ def run_the_flow(host: str, token: str, outsider_token: str, workspace: Path) ->
         names = [line[7:] for line in response.iter_lines() if line.startswith("event: ")]
     assert names[-1] == "run" and "text-delta" in names
 
+    # Revert to the first turn through the real stack: files follow, unrevert restores.
+    first_user = next(m for m in messages if m["role"] == "user")
+    reverted = http.post(f"/api/sessions/{sid}/revert/", json={"message_id": first_user["id"]})
+    assert reverted.status_code == 200, reverted.text
+    assert reverted.json()["revert"]["message_id"] == first_user["id"]
+    assert not (workspace / sid / "notes/a.txt").exists()
+    assert http.post(f"/api/sessions/{sid}/unrevert/").json()["revert"] is None
+    assert (workspace / sid / "notes/a.txt").read_text() == "first line"
+
     # Outsiders: 404 over HTTP, 4403 on the websocket.
     other = httpx.Client(
         base_url=f"http://{host}", headers={"Authorization": f"Token {outsider_token}"}
