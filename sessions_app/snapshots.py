@@ -16,9 +16,11 @@ that the worktree itself contains is never used or changed (it is excluded).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
-import tempfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,13 +89,23 @@ class Snapshots:
         self.ensure()
         self._git("add", "--all", "--", ".")
         tree = self._git("write-tree").strip()
+        last = self._last_tree()
         limit = settings.SNAPSHOT_MAX_FILE_BYTES
-        if limit and tree != self._last_tree():
-            large = self.large_files(tree, limit)
-            if large:
-                # Large files stay out of snapshots (reported by ``skipped``), never silently.
-                self._git("rm", "--cached", "--quiet", "--", *large)
-                tree = self._git("write-tree").strip()
+        if tree != last:
+            if limit:
+                # Only the files that changed since the last snapshot can have grown.
+                candidates = self.patch(last, tree) if last else self._all_files(tree)
+                large = [
+                    name
+                    for name in candidates
+                    if (path := self.worktree / name).is_file()
+                    and not path.is_symlink()
+                    and path.stat().st_size > limit
+                ]
+                if large:
+                    # Large files stay out of snapshots (reported by ``skipped``), never silently.
+                    self._git("rm", "--cached", "--quiet", "--", *large)
+                    tree = self._git("write-tree").strip()
             (self.git_dir / "last-tree").write_text(tree)
         return tree
 
@@ -103,17 +115,8 @@ class Snapshots:
         except FileNotFoundError:
             return ""
 
-    def large_files(self, tree: str, limit: int) -> list[str]:
-        out = self._git("ls-tree", "-r", "-l", "-z", tree)
-        large = []
-        for entry in out.split("\0"):
-            if not entry:
-                continue
-            meta, _, name = entry.partition("\t")
-            size = meta.split()[-1]
-            if size.isdigit() and int(size) > limit:
-                large.append(name)
-        return large
+    def _all_files(self, tree: str) -> list[str]:
+        return [f for f in self._git("ls-tree", "-r", "--name-only", "-z", tree).split("\0") if f]
 
     def skipped(self) -> list[dict[str, str]]:
         """Files of the worktree that snapshots do not cover, and why."""
@@ -159,32 +162,67 @@ class Snapshots:
         return set(filter(None, out.split("\0")))
 
     def checkout(self, tree: str, files: list[str]) -> None:
-        """Write ``files`` as they are in ``tree``; delete those that are not in it."""
+        """Write ``files`` as they are in ``tree``; delete those that are not in it.
+
+        Reads the blobs in one ``cat-file --batch`` and writes the files directly, so the
+        cost follows the number of files, not the size of the worktree's index (the next
+        ``track`` picks the new contents up)."""
         if not files:
             return
-        present = self.exists_in(tree, files)
+        entries = self._entries(tree, files)
         for name in files:
-            if name not in present:
+            if name not in entries:
                 path = self.worktree / name
                 if path.is_symlink() or path.is_file():
                     path.unlink()
                     self._prune_empty_dirs(path.parent)
-        wanted = [f for f in files if f in present]
-        for name in wanted:
-            # A directory standing where a file must go (or the reverse) is cleared first.
-            path = self.worktree / name
-            if path.is_dir() and not path.is_symlink():
-                import shutil
+        if not entries:
+            return
+        names = sorted(entries)
+        shas = "\n".join(entries[n][1] for n in names) + "\n"
+        proc = subprocess.run(
+            ["git", "cat-file", "--batch"],
+            cwd=self.worktree,
+            env=self._env(),
+            input=shas.encode(),
+            capture_output=True,
+            check=True,
+        )
+        data, offset = proc.stdout, 0
+        for name in names:
+            mode = entries[name][0]
+            header_end = data.index(b"\n", offset)
+            size = int(data[offset:header_end].split()[2])
+            body = data[header_end + 1 : header_end + 1 + size]
+            offset = header_end + 1 + size + 1
+            self._write(name, mode, body)
 
-                shutil.rmtree(path)
-        if wanted:
-            self._git(
-                "checkout",
-                tree,
-                "--pathspec-from-file=-",
-                "--pathspec-file-nul",
-                input="\0".join(wanted).encode("utf-8", errors="surrogateescape"),
-            )
+    def _entries(self, tree: str, files: list[str]) -> dict[str, tuple[str, str]]:
+        out = self._git("ls-tree", "-r", "-z", tree, "--", *files)
+        entries = {}
+        for entry in filter(None, out.split("\0")):
+            meta, _, name = entry.partition("\t")
+            mode, kind, sha = meta.split()
+            if kind == "blob":
+                entries[name] = (mode, sha)
+        return entries
+
+    def _write(self, name: str, mode: str, body: bytes) -> None:
+        path = self.worktree / name
+        for parent in reversed(path.relative_to(self.worktree).parents):
+            step = self.worktree / parent
+            if step.is_symlink() or (step.exists() and not step.is_dir()):
+                step.unlink()  # a file or link stands where a directory must be
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+        if mode == "120000":
+            os.symlink(os.fsdecode(body), path)
+            return
+        path.write_bytes(body)
+        os.chmod(path, 0o755 if mode == "100755" else 0o644)
 
     def _prune_empty_dirs(self, directory: Path) -> None:
         root = self.worktree.resolve()
@@ -194,62 +232,120 @@ class Snapshots:
 
     def compose(self, base: str, sources: dict[str, str]) -> str:
         """The tree that is ``base`` with each file of ``sources`` as it is in its tree
-        (absent there → absent here). Built in a scratch index; the worktree is not touched."""
+        (absent there → absent here). Only the trees on the changed paths are read and
+        written, so the cost follows the files changed, not the worktree; the worktree and
+        the index are not touched."""
         if not sources:
             return base
-        with tempfile.TemporaryDirectory() as scratch:
-            index = os.path.join(scratch, "index")
-            self._git("read-tree", base, index=index)
-            by_tree: dict[str, list[str]] = {}
-            for name, tree in sources.items():
-                by_tree.setdefault(tree, []).append(name)
-            lines = []
-            for tree, names in by_tree.items():
-                entries = self._git("ls-tree", "-r", "-z", tree, "--", *names)
-                found = {}
-                for entry in filter(None, entries.split("\0")):
-                    meta, _, name = entry.partition("\t")
-                    found[name] = meta
-                for name in names:
-                    if name in found:
-                        mode, _, sha = found[name].split()
-                        lines.append(f"{mode} {sha}\t{name}")
-                    else:
-                        lines.append(f"0 {'0' * 40}\t{name}")
-            self._git(
-                "update-index",
-                "-z",
-                "--index-info",
-                input="\0".join(lines).encode("utf-8", errors="surrogateescape") + b"\0",
-                index=index,
-            )
-            return self._git("write-tree", index=index).strip()
+        wanted: dict[str, tuple[str, str] | None] = {}
+        by_tree: dict[str, list[str]] = {}
+        for name, tree in sources.items():
+            by_tree.setdefault(tree, []).append(name)
+        for tree, names in by_tree.items():
+            entries = self._entries(tree, names)
+            for name in names:
+                wanted[name] = entries.get(name)
+        dirs = {""}
+        for name in wanted:
+            parts = name.split("/")[:-1]
+            for i in range(1, len(parts) + 1):
+                dirs.add("/".join(parts[:i]))
+        trees = self._read_trees(base, sorted(dirs))
+        for name, entry in wanted.items():
+            directory, _, leaf = name.rpartition("/")
+            key = leaf.encode("utf-8", "surrogateescape")
+            if entry is None:
+                trees[directory].pop(key, None)
+            else:
+                trees[directory][key] = (entry[0].encode(), bytes.fromhex(entry[1]))
+        for directory in sorted(dirs, key=lambda d: -d.count("/") - (1 if d else 0)):
+            if not directory:
+                continue
+            parent, _, leaf = directory.rpartition("/")
+            key = leaf.encode("utf-8", "surrogateescape")
+            if trees[directory]:
+                sha = self._write_tree_object(trees[directory])
+                trees[parent][key] = (b"40000", sha)
+            else:
+                trees[parent].pop(key, None)
+        return self._write_tree_object(trees[""]).hex()
+
+    def _read_trees(self, base: str, dirs: list[str]) -> dict[str, dict[bytes, tuple]]:
+        specs = "".join(f"{base}:{d}\n" if d else f"{base}\n" for d in dirs)
+        proc = subprocess.run(
+            ["git", "cat-file", "--batch"],
+            cwd=self.worktree,
+            env=self._env(),
+            input=specs.encode("utf-8", "surrogateescape"),
+            capture_output=True,
+            check=True,
+        )
+        data, offset, result = proc.stdout, 0, {}
+        for directory in dirs:
+            header_end = data.index(b"\n", offset)
+            header = data[offset:header_end].split()
+            entries: dict[bytes, tuple] = {}
+            if header[-1] == b"missing":
+                offset = header_end + 1
+            else:
+                size = int(header[2])
+                body = data[header_end + 1 : header_end + 1 + size]
+                offset = header_end + 1 + size + 1
+                if header[1] == b"tree":
+                    entries = _parse_tree(body)
+            result[directory] = entries
+        return result
+
+    def _write_tree_object(self, entries: dict[bytes, tuple]) -> bytes:
+        def order(name: bytes) -> bytes:
+            return name + b"/" if entries[name][0] == b"40000" else name
+
+        body = b"".join(
+            entries[n][0] + b" " + n + b"\0" + entries[n][1] for n in sorted(entries, key=order)
+        )
+        raw = b"tree %d\0" % len(body) + body
+        sha = hashlib.sha1(raw).digest()
+        hexsha = sha.hex()
+        target = self.git_dir / "objects" / hexsha[:2] / hexsha[2:]
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            scratch = target.with_name(f".tmp-{os.getpid()}-{hexsha[2:]}")
+            scratch.write_bytes(zlib.compress(raw))
+            os.replace(scratch, target)
+        return sha
 
     # -- diffs ----------------------------------------------------------------------------------
     def diff_stat(self, tree: str, other: str) -> list[dict]:
         """Per file from ``tree`` to ``other``: status, line counts, binary files marked."""
         if tree == other:
             return []
-        status = self._git("diff-tree", "-r", "--no-renames", "--name-status", "-z", tree, other)
-        fields = [f for f in status.split("\0") if f]
-        states = {fields[i + 1]: fields[i] for i in range(0, len(fields) - 1, 2)}
-        numstat = self._git("diff-tree", "-r", "--no-renames", "--numstat", "-z", tree, other)
+        # One diff-tree for both: the raw records (status) then the numstat records.
+        out = self._git("diff-tree", "-r", "--no-renames", "--raw", "--numstat", "-z", tree, other)
+        fields = out.split("\0")
+        states: dict[str, str] = {}
         result = []
-        for entry in numstat.split("\0"):
-            if not entry:
+        i = 0
+        while i < len(fields):
+            field = fields[i]
+            if field.startswith(":"):
+                states[fields[i + 1]] = field.split()[-1]
+                i += 2
                 continue
-            add, dele, name = entry.split("\t", 2)
+            if not field:
+                i += 1
+                continue
+            add, dele, name = field.split("\t", 2)
             binary = add == "-" and dele == "-"
-            code = states.get(name, "M")
             result.append(
                 {
                     "file": name,
-                    "status": {"A": "added", "D": "deleted"}.get(code, "modified"),
+                    "status": {"A": "added", "D": "deleted"}.get(states.get(name, "M"), "modified"),
                     "additions": 0 if binary else int(add),
                     "deletions": 0 if binary else int(dele),
                     "binary": binary,
                 }
             )
+            i += 1
         return sorted(result, key=lambda r: r["file"])
 
     def diff_text(self, tree: str, other: str, *, limit: int = 200_000) -> str:
@@ -258,6 +354,16 @@ class Snapshots:
             return ""
         text = self._git("diff-tree", "-r", "-p", "--no-renames", "--no-color", tree, other)
         return text if len(text) <= limit else text[:limit] + "\n[diff truncated]\n"
+
+
+def _parse_tree(body: bytes) -> dict[bytes, tuple[bytes, bytes]]:
+    entries, i = {}, 0
+    while i < len(body):
+        space = body.index(b" ", i)
+        nul = body.index(b"\0", space)
+        entries[body[space + 1 : nul]] = (body[i:space], body[nul + 1 : nul + 21])
+        i = nul + 21
+    return entries
 
 
 def summary_of(diff: list[dict]) -> dict[str, int]:

@@ -104,6 +104,29 @@ def test_compose_takes_files_from_other_trees_without_touching_the_worktree(snap
     assert snap.patch(t2, composed) == ["a.txt", "b.txt"]
     snap.checkout(composed, snap.patch(t2, composed))
     assert files(wt) == {"a.txt": b"a1"}
+    assert snap.track() == composed, "the composed tree is the one git itself writes"
+
+
+def test_compose_rewrites_nested_trees_like_git_does(snap):
+    wt = snap.worktree
+    (wt / "top.txt").write_text("top")
+    (wt / "x/y").mkdir(parents=True)
+    (wt / "x/y/keep.txt").write_text("keep")
+    (wt / "x/y/z.sh").write_text("#!/bin/sh\n")
+    (wt / "x/y/z.sh").chmod(0o755)
+    old = snap.track()
+    (wt / "x/y/z.sh").unlink()
+    (wt / "x/y/keep.txt").write_text("changed")
+    (wt / "new/deep/er").mkdir(parents=True)
+    (wt / "new/deep/er/f.txt").write_text("new")
+    (wt / "x-y.txt").write_text("sorts beside the x/ tree")
+    now = snap.track()
+    changed = snap.patch(now, old)
+    composed = snap.compose(now, {name: old for name in changed})
+    assert composed == old
+    snap.checkout(composed, snap.patch(now, composed))
+    assert snap.track() == old
+    assert (wt / "x/y/z.sh").stat().st_mode & 0o111
 
 
 def test_large_and_ignored_files_are_skipped_and_reported(snap, settings):
