@@ -96,9 +96,10 @@ def report(result: dict[str, Any]) -> str:
         "  worktree      track()  write-tree floor  ratio  revert of 10 files",
     ]
     for r in (small, large):
+        ratio = r["track_unchanged_ms"] / r["write_tree_floor_ms"]
         lines.append(
-            f"  {r['files']:>6} files  {r['track_unchanged_ms']:7.1f}  {r['write_tree_floor_ms']:16.1f}"
-            f"  {r['track_unchanged_ms'] / r['write_tree_floor_ms']:4.1f}x  {r['revert_10_files_ms']:18.1f}"
+            f"  {r['files']:>6} files  {r['track_unchanged_ms']:7.1f}"
+            f"  {r['write_tree_floor_ms']:16.1f}  {ratio:4.1f}x  {r['revert_10_files_ms']:18.1f}"
         )
     growth = large["revert_10_files_ms"] / small["revert_10_files_ms"]
     lines.append(
