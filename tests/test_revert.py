@@ -239,3 +239,30 @@ def test_the_diff_of_a_turn_and_of_the_session(api, sid):
         ("a.txt", "deleted", 0, 1),
         ("b.txt", "modified", 1, 1),
     ]
+
+
+def test_an_aborted_step_still_records_its_snapshot_and_patch(api, sid):
+    run = api.post(
+        f"/api/sessions/{sid}/runs/",
+        {"messages": [{"role": "user", "content": "write a.txt x\nwait 30"}]},
+        format="json",
+    ).json()
+    worktree = Session.objects.get(id=sid).worktree
+    deadline = time.monotonic() + 10
+    while not (worktree / "a.txt").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    time.sleep(0.2)
+    api.post(f"/api/runs/{run['id']}/cancel/")
+    while Run.objects.get(id=run["id"]).status != "cancelled":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    step = Message.objects.get(session_id=sid, role="assistant")
+    kinds = [p.type for p in Part.objects.filter(message=step).order_by("order")]
+    assert kinds == ["step-start", "tool", "tool", "step-finish", "patch"]
+    finish = Part.objects.get(message=step, type="step-finish")
+    assert finish.data["interrupted"] is True
+    assert Part.objects.get(message=step, type="patch").data["files"] == ["a.txt"]
+    assert step.completed_at is None
+    revert(api, sid, user_messages(sid)[0].id)
+    assert not (worktree / "a.txt").exists(), "an aborted step's files can be reverted"
