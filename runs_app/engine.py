@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -62,7 +63,7 @@ class Heartbeat(threading.Thread):
         renew_every = max(0.2, settings.RUN_LEASE_SECONDS / 3)
         last_renew = time.monotonic()
         try:
-            while not self.stop.wait(0.25):
+            while not self.stop.wait(settings.RUN_ABORT_POLL_SECONDS):
                 if Run.objects.filter(id=self.run_id, abort_requested=True).exists():
                     self.abort.set()
                 if time.monotonic() - last_renew >= renew_every:
@@ -163,8 +164,10 @@ class AgentLoop:
             self.history = active_path(self.session)
             if prompting:
                 self.start_prompt()
-            else:
-                self.recover()
+            elif turn_finished(self.history):
+                # Resume with nothing unfinished: the turn had ended; no model call, no tool.
+                self.finish(Run.Status.COMPLETED, None)
+                return
             self.loop()
         except Aborted:
             status = Run.Status.CANCELLED
@@ -248,17 +251,15 @@ class AgentLoop:
         self.writer.touch(part, "state")
         self.emit(events.PART_UPDATED, part=part_data(part))
 
-    def recover(self) -> None:
-        """Rule 1.5, in short: finish the last unfinished assistant message of the path."""
+    def loop(self) -> None:
         from .services.recovery import recover_path
 
-        recover_path(self, mode=self.run.mode)
-
-    def loop(self) -> None:
         self.tree = self.first_tree = self.snap.track()
         max_steps = self.run.max_steps or settings.AGENT_MAX_STEPS
         for index in range(max_steps):
             self.check()
+            # Rule 1.5: before every step (a no-op after a step that finished normally).
+            recover_path(self, mode="resume")
             called_tools = self.step(index)
             if not called_tools:
                 return
@@ -424,8 +425,51 @@ class AgentLoop:
         self.writer.touch(message, "error", "completed_at")
         self.emit(events.MESSAGE_UPDATED, message=message_data(message))
 
+    def structured_error(self) -> dict | None:
+        """Rule 1.9: the run's output must validate against its output_schema."""
+        run = self.run
+        if not run.output_schema:
+            return None
+        if run.output is None:
+            text = next(
+                (
+                    "".join(p.text for p in m.loaded_parts if p.type == Part.Type.TEXT)
+                    for m in reversed(self.history)
+                    if m.role == Message.Role.ASSISTANT and m.run_id == run.id
+                ),
+                "",
+            )
+            try:
+                run.output = json.loads(text) if text.strip() else None
+            except json.JSONDecodeError:
+                run.output = None
+        if run.output is None:
+            return {
+                "type": "StructuredOutputError",
+                "message": "The model returned no structured output for output_schema.",
+            }
+        import jsonschema
+
+        try:
+            jsonschema.validate(run.output, run.output_schema)
+        except jsonschema.ValidationError as exc:
+            return {
+                "type": "StructuredOutputError",
+                "message": f"The structured output does not match output_schema: {exc.message}",
+            }
+        except jsonschema.SchemaError as exc:
+            return {
+                "type": "StructuredOutputError",
+                "message": f"Invalid output_schema: {exc.message}",
+            }
+        return None
+
     def finish(self, status: str, error: dict | None) -> None:
         run = self.run
+        if status == Run.Status.COMPLETED and run.output_schema:
+            error = self.structured_error()
+            if error:
+                status = Run.Status.ERROR
         self.writer.flush()
         run.status, run.error = status, error
         run.finished_at = timezone.now()
@@ -467,6 +511,19 @@ class AgentLoop:
                 from .executor import enqueue_on_commit
 
                 enqueue_on_commit(next_run.id)
+
+
+def turn_finished(history: list[Message]) -> bool:
+    """The last turn ended: its last message is a completed assistant message that called
+    no tools (the model stopped)."""
+    if not history:
+        return True
+    last = history[-1]
+    return (
+        last.role == Message.Role.ASSISTANT
+        and last.completed_at is not None
+        and not any(p.type == Part.Type.TOOL for p in last.loaded_parts)
+    )
 
 
 def run_agent(run_id: str) -> bool:

@@ -37,10 +37,12 @@ def recover_path(loop: AgentLoop, *, mode: str) -> None:
             continue
         if status not in UNFINISHED:
             continue
-        if not blocked and tool is not None and not tool.side_effects:
+        if blocked:
+            loop.interrupt(part, reason="blocked", now=time.time())
+        elif tool is not None and not tool.side_effects:
             loop.run_tool(part)  # recall: no side effects, so running it again is safe
         else:
-            loop.interrupt(part, reason=mode, now=time.time())
+            loop.interrupt(part, reason=mode, now=time.time())  # never run twice
             blocked = True
     if last.completed_at is None:
         last.completed_at = timezone.now()
