@@ -1,0 +1,329 @@
+"""``python -m bench [--only streaming|checkpoint|history|memory] [--quick] [--runs N]``
+
+Sets up a private environment (database ``agentplat_bench``, Redis db 5, free ports, a temp
+workspace), runs the selected benchmarks, prints each result beside its floor or baseline with
+the ratio, and writes everything to ``bench/results/latest.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import env as benv
+
+BENCHES = ("streaming", "checkpoint", "history", "memory")
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _f(value: float, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:,.{digits}f}"
+
+
+def _table(title: str, header: list[str], rows: list[list[str]], note: str = "") -> str:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    line = lambda r: "  ".join(  # noqa: E731
+        str(c).ljust(widths[i]) if i == 0 else str(c).rjust(widths[i]) for i, c in enumerate(r)
+    )
+    out = [title, "  " + line(header), "  " + "  ".join("-" * w for w in widths)]
+    out += ["  " + line(r) for r in rows]
+    if note:
+        out.append("  " + note)
+    return "\n".join(out)
+
+
+def report_streaming(r: dict[str, Any]) -> str:
+    fl, one, many = r["floor"], r["one"], r["many"]
+    rows = [
+        [
+            "floor: Redis PUBLISH -> subscriber (loopback)",
+            _f(fl["p50_ms"], 2),
+            _f(fl["p99_ms"], 2),
+            "-",
+            "-",
+            "1.0x / 1.0x",
+            "-",
+        ],
+    ]
+    for label, s, k in (("1 session", one, "one"), (f"{many['sessions']} sessions", many, "many")):
+        rows.append(
+            [
+                f"{label} x {1000 / r['pace_ms']:.0f} tok/s "
+                f"(target {s['target_tokens_per_s']:,.0f})",
+                _f(s["p50_ms"]),
+                _f(s["p99_ms"]),
+                _f(s["produced_tokens_per_s"]),
+                _f(s["delivered_tokens_per_s"]),
+                f"{_f(r['ratio_p50_' + k], 0)}x / {_f(r['ratio_p99_' + k], 0)}x",
+                f"{s['delivered']}/{s['emitted']}",
+            ]
+        )
+    return _table(
+        "Streaming latency: token emitted in the worker -> received by a websocket client "
+        "(services mode)",
+        [
+            "",
+            "p50 ms",
+            "p99 ms",
+            "produced tok/s",
+            "delivered tok/s",
+            "ratio to floor p50/p99",
+            "delivered/emitted",
+        ],
+        rows,
+        f"frames of STREAM_FRAME_MS={_f(r['frame_ms'], 0)} ms; worker: {r['worker']['pool']} "
+        f"-c {r['worker']['concurrency']}; database: {r.get('database', '?')}",
+    )
+
+
+def report_checkpoint(r: dict[str, Any]) -> str:
+    a, b = (r[str(s)] for s in r["sizes"])
+    rows = [
+        [
+            "write statements per tool-batch checkpoint",
+            _f(a["tool_batch_write_statements"], 0),
+            _f(b["tool_batch_write_statements"], 0),
+            _f(r["ratio_statements"], 2) + "x",
+        ],
+        [
+            "bound-parameter bytes per tool-batch checkpoint",
+            _f(a["tool_batch_bytes"], 0),
+            _f(b["tool_batch_bytes"], 0),
+            _f(r["ratio_bytes"], 2) + "x",
+        ],
+        [
+            "write statements per run (2 steps)",
+            _f(a["run_write_statements"], 0),
+            _f(b["run_write_statements"], 0),
+            _f(b["run_write_statements"] / a["run_write_statements"], 2) + "x",
+        ],
+        [
+            "bound-parameter bytes per run",
+            _f(a["run_write_bytes"], 0),
+            _f(b["run_write_bytes"], 0),
+            _f(b["run_write_bytes"] / a["run_write_bytes"], 2) + "x",
+        ],
+    ]
+    sa, sb = r["sizes"]
+    return _table(
+        "Checkpoint cost (PostgreSQL, in-process run; median of samples)",
+        ["", f"{sa} prior msgs", f"{sb} prior msgs", "ratio"],
+        rows,
+        "target: flat (ratio 1.0x)",
+    )
+
+
+def report_history(r: dict[str, Any]) -> str:
+    a, b = (r[str(s)] for s in r["sizes"])
+    sa, sb = r["sizes"]
+    rows = [
+        [
+            "queries per step",
+            _f(a["queries_per_step"], 1),
+            _f(b["queries_per_step"], 1),
+            _f(r["ratio_queries_per_step"], 2) + "x",
+        ],
+        [
+            "queries of the history load (once per run)",
+            _f(a["history_queries"], 0),
+            _f(b["history_queries"], 0),
+            _f(r["ratio_history_queries"], 2) + "x",
+        ],
+        [
+            "history load ms (analyzed tables)",
+            _f(a["history_ms"], 1),
+            _f(b["history_ms"], 1),
+            _f(r["ratio_history_ms"], 1) + "x",
+        ],
+        [
+            "history load ms (stale planner stats)",
+            _f(a["history_ms_stale_stats"], 1),
+            _f(b["history_ms_stale_stats"], 1),
+            _f(r["ratio_history_ms_stale_stats"], 1) + "x",
+        ],
+        [
+            "whole run ms (2 steps, 2 tools)",
+            _f(a["run_ms"], 1),
+            _f(b["run_ms"], 1),
+            _f(b["run_ms"] / a["run_ms"], 1) + "x",
+        ],
+    ]
+    return _table(
+        "History load (PostgreSQL, in-process run)",
+        ["", f"{sa} prior msgs", f"{sb} prior msgs", "ratio"],
+        rows,
+        "target: constant queries (ratio 1.0x)",
+    )
+
+
+def report_memory(r: dict[str, Any]) -> str:
+    e, late = r["at"]["early"], r["at"]["late"]
+    rows = [
+        [
+            "worker RSS MiB (parent + 2 pool children)",
+            _f(r["worker_early_mib"]),
+            _f(r["worker_late_mib"]),
+            _f(r["worker_ratio"], 3) + "x",
+        ],
+        [
+            "daphne RSS MiB",
+            _f(r["daphne_early_mib"]),
+            _f(r["daphne_late_mib"]),
+            _f(r["daphne_ratio"], 3) + "x",
+        ],
+    ]
+    t1 = _table(
+        f"Memory after sequential scripted runs ({r['runs']} runs in {_f(r['seconds'], 0)} s, "
+        f"{r['failed_runs']} failed)",
+        ["", f"after run {e}", f"after run {late}", "ratio"],
+        rows,
+        "target: within 10% (ratio <= 1.10x)",
+    )
+    t2 = _table(
+        f"Daphne with {r['clients']} idle websocket clients",
+        ["", "before", "connected", "after close", "MiB per client"],
+        [
+            [
+                "daphne RSS MiB",
+                _f(r["daphne_before_clients_mib"]),
+                _f(r["daphne_with_clients_mib"]),
+                _f(r["daphne_after_close_mib"]),
+                _f(r["mib_per_client"], 3),
+            ]
+        ],
+    )
+    return t1 + "\n\n" + t2
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--only", action="append", choices=BENCHES, help="run only this benchmark (repeatable)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="shorter streams, fewer samples, 200 runs for memory"
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=None,
+        help="sequential runs for the memory benchmark (default 1000; 200 quick)",
+    )
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=50,
+        help="concurrent sessions of the streaming benchmark (default 50)",
+    )
+    parser.add_argument(
+        "--pool",
+        default="prefork",
+        choices=("prefork", "threads"),
+        help="Celery pool of the streaming worker (default prefork)",
+    )
+    parser.add_argument(
+        "--clients",
+        type=int,
+        default=200,
+        help="idle websocket clients for the memory benchmark (default 200)",
+    )
+    parser.add_argument(
+        "--private-pg",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="use a throw-away PostgreSQL cluster (auto: when the shared "
+        "server lacks free connections for the streaming run)",
+    )
+    args = parser.parse_args(argv)
+    selected = [b for b in BENCHES if not args.only or b in args.only]
+    runs = args.runs or (200 if args.quick else 1000)
+
+    need = 2 * args.sessions + 20  # a running run holds two connections (loop + heartbeat)
+    private = args.private_pg == "yes"
+    free = None
+    if args.private_pg == "auto" and "streaming" in selected:
+        free = benv.free_connections()
+        private = free < need
+    env = benv.make_env(private_pg=private)
+    database = (
+        f"private cluster on port {env.private_pg.port} (shared server had {free} free "
+        f"connections, {args.sessions} running sessions need ~{need})"
+        if env.private_pg
+        else f"shared {benv.PG_HOST}:{benv.PG_PORT}"
+    ) + f", db {benv.DB_NAME}"
+    results: dict[str, Any] = {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "machine": {
+            "python": platform.python_version(),
+            "cpus": _cpus(),
+            "platform": platform.platform(),
+        },
+        "database": database,
+        "redis": benv.REDIS_URL,
+    }
+    printed: list[str] = []
+    try:
+        benv.flush_redis()
+        env.migrate()
+        benv.setup_django(env)
+        print(
+            f"bench: database {database}; redis {benv.REDIS_URL}; workdir {env.workdir}", flush=True
+        )
+        if "streaming" in selected:
+            print("bench: streaming ...", flush=True)
+            from . import streaming
+
+            r = streaming.run(env, quick=args.quick, sessions=args.sessions, pool=args.pool)
+            r["database"] = database
+            results["streaming"] = r
+            printed.append(report_streaming(r))
+            print("\n" + printed[-1] + "\n", flush=True)
+        if "checkpoint" in selected or "history" in selected:
+            print("bench: checkpoint / history ...", flush=True)
+            from . import checkpoint
+
+            r = checkpoint.run(env, quick=args.quick)
+            if "checkpoint" in selected:
+                results["checkpoint"] = r
+                printed.append(report_checkpoint(r))
+                print("\n" + printed[-1] + "\n", flush=True)
+            if "history" in selected:
+                results["history"] = r
+                printed.append(report_history(r))
+                print("\n" + printed[-1] + "\n", flush=True)
+        if "memory" in selected:
+            print(f"bench: memory ({runs} runs, {args.clients} clients) ...", flush=True)
+            from . import memory
+
+            r = memory.run(env, runs=runs, clients=args.clients)
+            results["memory"] = r
+            printed.append(report_memory(r))
+            print("\n" + printed[-1] + "\n", flush=True)
+    finally:
+        env.close()
+        RESULTS.mkdir(exist_ok=True)
+        results["report"] = "\n\n".join(printed)
+        (RESULTS / "latest.json").write_text(json.dumps(results, indent=2, default=str))
+    print("=" * 100)
+    print(results["report"])
+    print(f"\nresults: {RESULTS / 'latest.json'}")
+    return 0
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

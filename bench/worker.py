@@ -1,0 +1,68 @@
+"""Celery entry of the streaming benchmark: the project's own app, with one probe.
+
+``celery -A bench.worker worker ...`` runs the unmodified task code; the only change is that
+``sessions_app.events.publish_delta`` notes ``time.time()`` when the engine hands it a token
+(the moment the model's delta leaves the loop), keyed by ``(part_id, offset)``. The notes go
+to ``$BENCH_EMIT_DIR/emit-<pid>.tsv`` from a background thread every 100 ms, so the probe costs
+the hot path one ``list.append``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from config.celery import app
+from sessions_app import events
+
+__all__ = ["app"]
+
+_DIR = Path(os.environ.get("BENCH_EMIT_DIR", "/tmp"))
+_original = events.publish_delta
+_records: list[tuple[float, str, int, int]] = []
+_pid = 0
+_guard = threading.Lock()
+
+
+def _writer() -> None:
+    path = _DIR / f"emit-{os.getpid()}.tsv"
+    while True:
+        time.sleep(0.1)
+        batch = _records[:]
+        if not batch:
+            continue
+        del _records[: len(batch)]
+        with path.open("a") as fh:
+            fh.writelines(f"{t:.6f}\t{part}\t{off}\t{n}\n" for t, part, off, n in batch)
+
+
+def _ensure_writer() -> None:
+    global _pid
+    if _pid == os.getpid():
+        return
+    with _guard:
+        if _pid != os.getpid():  # a fresh pool child: threads do not survive fork
+            _records.clear()
+            threading.Thread(target=_writer, name="bench-emit", daemon=True).start()
+            _pid = os.getpid()
+
+
+def timed_publish_delta(
+    session_id: str, *, message_id: str, part_id: str, offset: int, text: str, reasoning: bool
+) -> None:
+    emitted = time.time()
+    _ensure_writer()
+    _original(
+        session_id,
+        message_id=message_id,
+        part_id=part_id,
+        offset=offset,
+        text=text,
+        reasoning=reasoning,
+    )
+    _records.append((emitted, part_id, offset, len(text)))
+
+
+events.publish_delta = timed_publish_delta
