@@ -40,7 +40,7 @@ class OpenAIProvider:
             kwargs["tools"] = tools
         calls: dict[int, dict[str, str]] = {}
         usage: dict[str, int] = {}
-        reason = "stop"
+        reason: str | None = None
         try:
             stream = self.client.chat.completions.create(**kwargs)
             with stream:
@@ -66,8 +66,10 @@ class OpenAIProvider:
                             if tc.id:
                                 slot["id"] = tc.id
                             if tc.function is not None:
-                                if tc.function.name:
-                                    slot["name"] += tc.function.name
+                                name = tc.function.name
+                                # Some servers repeat the whole name in every chunk.
+                                if name and name != slot["name"]:
+                                    slot["name"] += name
                                 if tc.function.arguments:
                                     slot["args"] += tc.function.arguments
                         if choice.finish_reason:
@@ -76,8 +78,16 @@ class OpenAIProvider:
             raise ProviderError(
                 f"The model endpoint answered HTTP {exc.status_code}: {_message(exc)}"
             ) from exc
+        except openai.APIConnectionError as exc:
+            cause = exc.__cause__ or exc.__context__
+            detail = f" ({cause.__class__.__name__}: {cause})" if cause else ""
+            raise ProviderError(
+                f"The connection to the model endpoint was lost{detail}."
+            ) from exc
         except openai.APIError as exc:
             raise ProviderError(f"The model call failed: {exc.__class__.__name__}: {exc}") from exc
+        if reason is None:
+            raise ProviderError("The model stream ended before the answer was finished.")
         for index in sorted(calls):
             slot = calls[index]
             try:
@@ -90,7 +100,7 @@ class OpenAIProvider:
                 arguments=args,
                 raw_arguments=slot["args"],
             )
-        yield Finish(usage=usage, reason=reason)
+        yield Finish(usage=usage, reason=reason or "stop")
 
 
 def _message(exc: Exception) -> str:
