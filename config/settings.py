@@ -179,8 +179,8 @@ AGENT_ALLOW_SHELL = _env_bool("AGENT_ALLOW_SHELL", False)
 AGENT_MAX_STEPS = int(os.environ.get("AGENT_MAX_STEPS", "25"))
 # Lease of the per-session busy lock; the running loop renews it every third of this.
 RUN_LEASE_SECONDS = float(os.environ.get("RUN_LEASE_SECONDS", "30"))
-# How often a running loop looks for an abort request (the cancel endpoints set it).
-RUN_ABORT_POLL_SECONDS = float(os.environ.get("RUN_ABORT_POLL_SECONDS", "0.1"))
+# Aborts arrive at once (Redis pub/sub / in-process); the database flag is re-read this often.
+RUN_ABORT_POLL_SECONDS = float(os.environ.get("RUN_ABORT_POLL_SECONDS", "1.0"))
 # Text deltas of one session are coalesced into frames of at most this many milliseconds.
 STREAM_FRAME_MS = float(os.environ.get("STREAM_FRAME_MS", "40"))
 # Streamed text is written to the database at most this often while a step streams.

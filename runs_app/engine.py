@@ -24,6 +24,7 @@ from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
 from sessions_app.services import lock
 
+from . import abort_bus
 from .models import Run
 from .providers import ProviderError, get_provider
 from .providers.base import Finish, ReasoningDelta, StructuredOutput, TextDelta, ToolCall
@@ -50,29 +51,43 @@ def run_data(run: Run) -> dict[str, Any]:
 
 
 class Heartbeat(threading.Thread):
-    """Renews the lease and watches the abort flag, so the loop only reads two Events."""
+    """Renews the lease and watches for an abort, so the loop only reads two Events.
+
+    An abort arrives at once through ``abort_bus``; the database flag is also read every
+    ``RUN_ABORT_POLL_SECONDS`` in case a notification was lost. The thread holds no database
+    connection between its visits, so a running run costs one connection, not two."""
 
     def __init__(self, session_id: str, run_id: str) -> None:
         super().__init__(name=f"heartbeat-{run_id}", daemon=True)
         self.session_id, self.run_id = session_id, run_id
-        self.abort = threading.Event()
+        self.abort = abort_bus.register(run_id)
         self.lost = threading.Event()
         self.stop = threading.Event()
 
     def run(self) -> None:
         renew_every = max(0.2, settings.RUN_LEASE_SECONDS / 3)
-        last_renew = time.monotonic()
+        poll_every = settings.RUN_ABORT_POLL_SECONDS
+        last_renew = last_poll = time.monotonic()
         try:
-            while not self.stop.wait(settings.RUN_ABORT_POLL_SECONDS):
-                if Run.objects.filter(id=self.run_id, abort_requested=True).exists():
-                    self.abort.set()
-                if time.monotonic() - last_renew >= renew_every:
-                    last_renew = time.monotonic()
-                    if not lock.renew(self.session_id, self.run_id):
-                        self.lost.set()
+            while not self.stop.wait(min(0.1, poll_every)):
+                now = time.monotonic()
+                if now - last_poll < poll_every and now - last_renew < renew_every:
+                    continue
+                try:
+                    if now - last_poll >= poll_every:
+                        last_poll = now
+                        if Run.objects.filter(id=self.run_id, abort_requested=True).exists():
+                            self.abort.set()
+                    if now - last_renew >= renew_every:
+                        last_renew = now
+                        if not lock.renew(self.session_id, self.run_id):
+                            self.lost.set()
+                finally:
+                    connection.close()
         except Exception:
             log.exception("heartbeat of %s failed", self.run_id)
         finally:
+            abort_bus.unregister(self.run_id)
             connection.close()
 
 

@@ -1,7 +1,7 @@
 """The one place events are named, numbered and published.
 
-Every event is ``{"type", "session_id", "seq", ...}``; ``seq`` increases per session (a Redis
-counter in services mode, a process counter in embedded mode, where one process publishes).
+Every event is ``{"type", "session_id", "seq", ...}``; ``seq`` increases per session (see
+``_next_seq``).
 
 Publishing goes through one long-lived asyncio loop per process: group sends awaited inside
 one loop cost a fraction of ``async_to_sync(group_send)`` per call. Text deltas are coalesced
@@ -82,7 +82,6 @@ class Publisher:
         self._pid = 0
         self._queue: asyncio.Queue | None = None
         self._layer: Any = None
-        self._redis: Any = None
         self._seq: dict[str, int] = {}
         self._pending: dict[str, dict[str, _PendingDelta]] = {}
         self._last_sent: dict[str, float] = {}
@@ -115,7 +114,6 @@ class Publisher:
             self._pid = os.getpid()
             self._queue = None
             self._layer = None
-            self._redis = None
             ready = threading.Event()
 
             def run() -> None:
@@ -229,17 +227,16 @@ class Publisher:
         self._queue.put_nowait((session_id, type, payload))
 
     async def _next_seq(self, session_id: str) -> int:
-        if settings.EMBEDDED:
-            # One process publishes in embedded mode; start from the clock so that numbers
-            # keep increasing across a restart of the server.
-            seq = max(self._seq.get(session_id, 0) + 1, int(time.time() * 1000) * 1000)
-            self._seq[session_id] = seq
-            return seq
-        if self._redis is None:
-            import redis.asyncio as aioredis
-
-            self._redis = aioredis.from_url(settings.REDIS_URL)
-        return int(await self._redis.incr(f"agentplat:seq:{session_id}"))
+        # Microseconds since the epoch, bumped to stay strictly increasing in this process.
+        # No round trip per event: a session's events come from the process holding its lock
+        # (other processes publish only between runs, milliseconds apart), so on one clock
+        # (one machine, or NTP-synced ones) the numbers increase across processes too, and
+        # across restarts.
+        seq = max(self._seq.get(session_id, 0) + 1, time.time_ns() // 1000)
+        self._seq[session_id] = seq
+        if len(self._seq) > 10_000:
+            self._seq = {session_id: seq}
+        return seq
 
     async def _sender(self) -> None:
         assert self._queue is not None

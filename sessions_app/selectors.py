@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import connection
 from django.http import Http404
 
 from .models import Message, Part, Session
@@ -27,24 +26,26 @@ def sessions_for_user(user):  # noqa: ANN001
     return Session.objects.filter(owner_id=user.pk).order_by("-id")
 
 
-_PATH_SQL = """
-WITH RECURSIVE path(id, parent_id, depth) AS (
-    SELECT id, parent_id, 0 FROM sessions_app_message WHERE id = %s
-    UNION ALL
-    SELECT m.id, m.parent_id, path.depth + 1
-    FROM sessions_app_message m JOIN path ON m.id = path.parent_id
-)
-SELECT id FROM path ORDER BY depth DESC
-"""
-
-
 def path_ids(leaf_id: str | None) -> list[str]:
-    """Ids of the messages root → ``leaf_id`` in one query (a recursive CTE)."""
+    """Ids of the messages root → ``leaf_id``: one indexed query for the session's
+    (id, parent) pairs, then a walk in memory. A recursive CTE was tried first; PostgreSQL
+    plans it as one full scan per level when the table's statistics are stale (a 2,000-message
+    path took ~1 s until ANALYZE), while this stays linear whatever the planner knows."""
     if not leaf_id:
         return []
-    with connection.cursor() as cursor:
-        cursor.execute(_PATH_SQL, [leaf_id])
-        return [row[0] for row in cursor.fetchall()]
+    session_id = Message.objects.filter(id=leaf_id).values_list("session_id", flat=True).first()
+    if session_id is None:
+        return []
+    parents = dict(
+        Message.objects.filter(session_id=session_id).values_list("id", "parent_id").iterator()
+    )
+    path = []
+    current: str | None = leaf_id
+    while current is not None and current in parents and len(path) <= len(parents):
+        path.append(current)
+        current = parents[current]
+    path.reverse()
+    return path
 
 
 def messages_with_parts(ids: list[str]) -> list[Message]:

@@ -81,9 +81,7 @@ class OpenAIProvider:
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc.__context__
             detail = f" ({cause.__class__.__name__}: {cause})" if cause else ""
-            raise ProviderError(
-                f"The connection to the model endpoint was lost{detail}."
-            ) from exc
+            raise ProviderError(f"The connection to the model endpoint was lost{detail}.") from exc
         except openai.APIError as exc:
             raise ProviderError(f"The model call failed: {exc.__class__.__name__}: {exc}") from exc
         if reason is None:

@@ -15,6 +15,7 @@ from sessions_app.models import Session
 from sessions_app.selectors import session_data
 from sessions_app.services import lock
 
+from .. import abort_bus
 from ..executor import enqueue_on_commit
 from ..models import Run
 from ..selectors import run_data
@@ -96,6 +97,8 @@ def start_run(
                 # The holder stops at its next check and hands the session to the oldest
                 # queued run; with "rollback" that run first moves the head back (engine).
                 Run.objects.filter(id=run.interrupted_run_id).update(abort_requested=True)
+                stopped = run.interrupted_run_id
+                transaction.on_commit(lambda: abort_bus.notify(stopped))
         else:
             if not lock.claim(locked.id, run.id):
                 raise SessionBusyError()
@@ -144,6 +147,7 @@ def cancel_run(*, run: Run) -> Run:
         raise ConflictError(f"Run {run.id} has already finished ({run.status}).")
     Run.objects.filter(id=run.id).update(abort_requested=True)
     run.abort_requested = True
+    transaction.on_commit(lambda: abort_bus.notify(run.id))
     if run.status == Run.Status.PENDING:
         # Not started: no loop to stop, end it now (a task delivered later skips it).
         return finish_unstarted(run)
