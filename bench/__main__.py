@@ -1,4 +1,4 @@
-"""``python -m bench [--only streaming|checkpoint|history|memory] [--quick] [--runs N]``
+"""``python -m bench [--only streaming|checkpoint|history|memory|snapshots] [--quick]``
 
 Sets up a private environment (database ``agentplat_bench``, Redis db 5, free ports, a temp
 workspace), runs the selected benchmarks, prints each result beside its floor or baseline with
@@ -18,7 +18,7 @@ from typing import Any
 
 from . import env as benv
 
-BENCHES = ("streaming", "checkpoint", "history", "memory")
+BENCHES = ("streaming", "checkpoint", "history", "memory", "snapshots")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     selected = [b for b in BENCHES if not args.only or b in args.only]
     runs = args.runs or (200 if args.quick else 1000)
 
-    need = 2 * args.sessions + 20  # a running run holds two connections (loop + heartbeat)
+    need = 2 * args.sessions + 20  # loop connection + short heartbeat visits, with margin
     private = args.private_pg == "yes"
     free = None
     if args.private_pg == "auto" and "streaming" in selected:
@@ -307,6 +307,14 @@ def main(argv: list[str] | None = None) -> int:
             r = memory.run(env, runs=runs, clients=args.clients)
             results["memory"] = r
             printed.append(report_memory(r))
+            print("\n" + printed[-1] + "\n", flush=True)
+        if "snapshots" in selected:
+            print("bench: snapshots ...", flush=True)
+            from . import snapshot_bench
+
+            r = snapshot_bench.run(quick=args.quick)
+            results["snapshots"] = r
+            printed.append(snapshot_bench.report(r))
             print("\n" + printed[-1] + "\n", flush=True)
     finally:
         env.close()

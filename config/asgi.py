@@ -13,6 +13,7 @@ django_asgi_app = get_asgi_application()
 from django.conf import settings  # noqa: E402
 
 from config.routing import websocket_urlpatterns  # noqa: E402
+from runs_app.services.recovery import start_sweeper  # noqa: E402
 from sessions_app.events import publisher  # noqa: E402
 
 _router = ProtocolTypeRouter(
@@ -29,6 +30,8 @@ async def application(scope, receive, send):  # noqa: ANN001, ANN201
     if settings.EMBEDDED:
         # The in-memory channel layer lives on this loop; runs in threads publish onto it.
         publisher.bind_loop(asyncio.get_running_loop())
+        if settings.RUN_EXECUTOR == "thread":
+            start_sweeper()  # embedded runs resume here after a restart
     if scope["type"] == "lifespan":
         while True:
             message = await receive()

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from sessions_app import events, snapshots
@@ -153,19 +154,6 @@ class AgentLoop:
         self.heartbeat.start()
         status, error = Run.Status.COMPLETED, None
         try:
-            started = (
-                Run.objects.filter(id=run.id)
-                .exclude(status__in=Run.TERMINAL)
-                .update(
-                    status=Run.Status.RUNNING,
-                    started_at=timezone.now(),
-                    attempts=run.attempts + 1,
-                )
-            )
-            if not started:  # cancelled between delivery and start
-                self.heartbeat.stop.set()
-                self.release_only()
-                return
             run.status = Run.Status.RUNNING
             self.emit(events.RUN_UPDATED, run=run_data(run))
             self.emit(events.SESSION_STATUS, status="busy", run_id=run.id)
@@ -248,12 +236,6 @@ class AgentLoop:
             data={"reason": "multitask_strategy", "rolled_back_run_id": stopped.id},
         )
 
-    def release_only(self) -> None:
-        with transaction.atomic():
-            Session.objects.select_for_update().filter(id=self.session.id).first()
-            lock.hand_over(self.session.id, self.run.id, None)
-        events.publish(self.session.id, events.SESSION_STATUS, status="idle", run_id=None)
-
     def interrupt(self, part: Part, *, reason: str, now: float | None = None) -> None:
         state = dict(part.state or {})
         state.update(
@@ -289,7 +271,9 @@ class AgentLoop:
         try:
             for call in self.stream(message):
                 tool_parts.append(self.pending_tool(message, call))
-            if self.mode == Session.Checkpoint.TOOL and tool_parts:
+            if self.mode != Session.Checkpoint.RUNS and tool_parts:
+                # The batch is on record before any of it runs: after a crash, recovery sees
+                # these calls and never runs a side-effect tool twice (rule 1.7).
                 self.writer.flush()
             for part in tool_parts:
                 self.check()
@@ -555,10 +539,29 @@ def run_agent(run_id: str) -> bool:
 
             finish_unstarted(run)
             return True
-        own_ok = run.status == Run.Status.PENDING
-        if not lock.claim(run.session_id, run.id, own_ok=own_ok):
-            log.info("run %s: session %s is held by another run", run.id, run.session_id)
-            return own_ok  # a pending run waits for its hand-over; a running one retries
+        if run.status == Run.Status.PENDING:
+            if not lock.claim(run.session_id, run.id):
+                return True  # queued behind another run: the hand-over enqueues it
+            # Exactly one delivery moves pending → running; a duplicate stops here.
+            started = Run.objects.filter(
+                id=run.id, status=Run.Status.PENDING, abort_requested=False
+            ).update(
+                status=Run.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1
+            )
+            if not started:
+                run.refresh_from_db()
+                if run.status == Run.Status.PENDING:  # aborted before it started
+                    from .services.runs import finish_unstarted
+
+                    finish_unstarted(run)
+                return True
+        else:
+            # A run that was running: its worker died. Take it over once the lease expired.
+            if not lock.claim(run.session_id, run.id, own_ok=False):
+                log.info("run %s: session %s is still held", run.id, run.session_id)
+                return False
+            Run.objects.filter(id=run.id).update(attempts=F("attempts") + 1)
+        run.refresh_from_db()
         run.session.refresh_from_db()
         AgentLoop(run).execute()
         return True

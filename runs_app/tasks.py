@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from celery.signals import worker_ready
 from django.conf import settings
 
 from .engine import run_agent
@@ -18,3 +19,12 @@ def run_agent_task(self, run_id: str) -> None:  # noqa: ANN001
     and the run resumes from what was persisted once the dead worker's lease has expired."""
     if not run_agent(run_id):
         raise self.retry(countdown=max(1.0, settings.RUN_LEASE_SECONDS / 2))
+
+
+@worker_ready.connect
+def _start_sweeper(**kwargs) -> None:  # noqa: ANN003
+    """The next worker to start (and every running one, periodically) resumes the runs of
+    workers that died: their leases expire and the sweep enqueues them again."""
+    from .services.recovery import start_sweeper
+
+    start_sweeper()

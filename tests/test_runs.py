@@ -245,9 +245,12 @@ def test_history_load_and_checkpoints_do_not_grow_with_history(owner, mode):
 
 
 @pytest.mark.parametrize(
-    ("mode", "written_mid_batch"), [("runs", 0), ("tool-batch", 0), ("tool", 1)]
+    ("mode", "written_mid_batch", "recorded_mid_batch"),
+    [("runs", 0, 0), ("tool-batch", 0, 2), ("tool", 1, 2)],
 )
-def test_checkpoint_modes_decide_when_tool_rows_are_written(api, mode, written_mid_batch):
+def test_checkpoint_modes_decide_when_tool_rows_are_written(
+    api, mode, written_mid_batch, recorded_mid_batch
+):
     sid = api.post("/api/sessions/", {"checkpoint": mode}, format="json").json()["id"]
     worktree = Session.objects.get(id=sid).worktree
     run = prompt(api, sid, "write a.txt x\nwait 1").json()
@@ -259,6 +262,8 @@ def test_checkpoint_modes_decide_when_tool_rows_are_written(api, mode, written_m
         message__run_id=run["id"], type="tool", state__status="completed"
     ).count()
     assert completed == written_mid_batch
+    recorded = Part.objects.filter(message__run_id=run["id"], type="tool").count()
+    assert recorded == recorded_mid_batch, "a batch is on record before it runs"
     wait_idle(sid)
     parts = Part.objects.filter(message__run_id=run["id"], type="tool")
     assert sorted(p.state["status"] for p in parts) == ["completed", "completed"]

@@ -67,7 +67,7 @@ class Processes:
         self.procs: list[tuple[subprocess.Popen, Path]] = []
 
     def start(self, name: str, args: list[str], env: dict[str, str], log_dir: Path):
-        log = log_dir / f"{name}.log"
+        log = log_dir / f"{name}-{len(self.procs)}.log"
         proc = subprocess.Popen(
             args,
             cwd=ROOT,

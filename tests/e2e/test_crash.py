@@ -1,0 +1,116 @@
+"""SEMANTICS 1.7: a worker killed with SIGKILL mid-run. Its lease expires, the next worker's
+sweep enqueues the run again, and it resumes: nothing persisted is lost and no side-effect
+tool runs twice. The Redis visibility timeout is set to an hour, so the broker's own
+re-delivery cannot be what saves the run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import httpx
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection
+from rest_framework.authtoken.models import Token
+
+from .stack import Processes, base_env
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture
+def procs():
+    processes = Processes()
+    yield processes
+    processes.stop()
+
+
+def wait_until(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def kill_worker(proc) -> None:
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole worker: main process and pool children
+    proc.wait(10)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_killed_worker_s_runs_resume_without_running_a_tool_twice(procs, tmp_path):
+    if settings.EMBEDDED or connection.vendor != "postgresql":
+        pytest.fail("needs DATABASE_URL (PostgreSQL) and REDIS_URL")
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+    workspace = tmp_path / "ws"
+    env = base_env(
+        DATABASE_URL=url,
+        REDIS_URL=settings.REDIS_URL,
+        WORKSPACE_ROOT=str(workspace),
+        RUN_LEASE_SECONDS="2",
+        CELERY_VISIBILITY_TIMEOUT="3600",
+    )
+    user = User.objects.create_user("alice", password="pw")
+    token = Token.objects.create(user=user).key
+    host = procs.daphne(env, tmp_path)
+    http = httpx.Client(
+        base_url=f"http://{host}", headers={"Authorization": f"Token {token}"}, timeout=30
+    )
+    worker = procs.worker(env, tmp_path)
+    scripts = {
+        "during a slow tool": ("append log.txt x\nwait 5", lambda wt: (wt / "log.txt").exists()),
+        "during a streamed reply": (
+            "pace 100\nsay " + " ".join(f"w{i}" for i in range(30)) + "\nappend log.txt x",
+            None,
+        ),
+    }
+    try:
+        for attempt in range(2):
+            for label, (script, ready) in scripts.items():
+                sid = http.post("/api/sessions/", json={"title": label}).json()["id"]
+                worktree = workspace / sid
+                run = http.post(
+                    f"/api/sessions/{sid}/runs/", json={"messages": [{"content": script}]}
+                ).json()
+
+                def streamed_some(sid=sid):
+                    messages = http.get(f"/api/sessions/{sid}/messages/").json()
+                    return any(
+                        len(p.get("text", "")) > 20 for m in messages[1:] for p in m["parts"]
+                    )
+
+                def started(ready=ready, worktree=worktree, streamed_some=streamed_some):
+                    return ready(worktree) if ready else streamed_some()
+
+                wait_until(started, 30, f"{label} to start")
+                time.sleep(0.3)
+                kill_worker(worker)
+                worker = procs.worker(env, tmp_path)
+                done = wait_until(
+                    lambda run=run: (
+                        (r := http.get(f"/api/runs/{run['id']}/").json())["status"]
+                        in ("completed", "error", "cancelled")
+                        and r
+                    ),
+                    40,
+                    f"the run {label} (attempt {attempt}) to be resumed",
+                )
+                assert done["status"] == "completed", done["error"]
+                assert (worktree / "log.txt").read_text() == "x\n", "append ran exactly once"
+                session = http.get(f"/api/sessions/{sid}/").json()
+                assert session["status"] == "idle"
+                messages = http.get(f"/api/sessions/{sid}/messages/").json()
+                tools = [p for m in messages for p in m["parts"] if p["type"] == "tool"]
+                assert all(p["state"]["status"] in ("completed", "error") for p in tools)
+                recovered = [m for m in messages if (m["error"] or {}).get("reason")]
+                assert recovered and recovered[0]["error"]["reason"] == "UnfinishedAssistantMessage"
+    except Exception:
+        print(procs.logs())
+        raise
