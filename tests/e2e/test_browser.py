@@ -214,3 +214,67 @@ def _flow(page, server) -> None:
     assert page.locator("#error").is_hidden()
 
     page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+
+def _files_on_disk(server, session_id: str) -> dict[str, str]:
+    root = server.tmp / "workspaces" / session_id
+    return {
+        p.relative_to(root).as_posix(): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
+    page.goto(f"{server.url}/")
+    if "/login/" in page.url:
+        page.fill("input[name=username]", "demo")
+        page.fill("input[name=password]", "demo-password")
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{server.url}/")
+    page.get_by_role("button", name="New session").click()
+    page.wait_for_url("**/s/*/")
+    session_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+    _wait_idle(page)
+    for i, name in enumerate(["a", "b", "c"], start=1):
+        _send(page, f"write {name}.txt {name} content")
+        page.wait_for_function(
+            f"() => document.querySelectorAll('.tool .state.completed').length === {i}"
+        )
+        _wait_idle(page)
+    page.wait_for_function("() => document.body.innerText.split('done').length > 3")
+    assert _files_on_disk(server, session_id) == {
+        "a.txt": "a content",
+        "b.txt": "b content",
+        "c.txt": "c content",
+    }
+
+    second = page.locator("#messages .msg.user").nth(1)
+    second.hover()
+    second.locator("> button.revert-here").click()
+    page.wait_for_selector("#revert-bar:not([hidden])")
+    bar = page.locator("#revert-bar").inner_text()
+    assert "b.txt" in bar and "c.txt" in bar and "deleted" in bar
+    assert page.locator("#messages .msg.reverted").count() == 6
+    assert page.input_value("#prompt") == "write b.txt b content"
+    assert _files_on_disk(server, session_id) == {"a.txt": "a content"}
+
+    page.click("#unrevert")
+    page.wait_for_selector("#revert-bar", state="hidden")
+    assert _files_on_disk(server, session_id)["c.txt"] == "c content"
+    assert page.locator("#messages .msg.reverted").count() == 0
+
+    second.hover()
+    second.locator("> button.revert-here").click()
+    page.wait_for_selector("#revert-bar:not([hidden])")
+    _send(page, "say confirmed")
+    page.wait_for_function("() => document.body.innerText.includes('confirmed')")
+    _wait_idle(page)
+    page.wait_for_function("() => document.querySelectorAll('#messages .msg.user').length === 2")
+    assert page.locator("#revert-bar").is_hidden()
+    users = page.locator("#messages .msg.user .text").all_inner_texts()
+    assert users == ["write a.txt a content", "say confirmed"]
+    assert _files_on_disk(server, session_id) == {"a.txt": "a content"}
+    page.reload()
+    page.wait_for_selector("#messages .msg.user")
+    assert page.locator("#messages .msg.user .text").all_inner_texts() == users
