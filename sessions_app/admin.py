@@ -128,7 +128,7 @@ class SessionAdmin(OwnedAdmin):
         done = 0
         for session in queryset:
             try:
-                service(session=session, user=request.user)
+                service(session=session, user=request.user)  # noqa: B023
                 done += 1
             except AppError as exc:
                 self.message_user(request, f"{session.id}: {exc.message}", messages.ERROR)

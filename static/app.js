@@ -131,10 +131,33 @@ function handle(ev) {
   render();
 }
 
+let currentStatus = "idle";
+
 function setStatus(status) {
-  const el = document.getElementById("status");
-  el.textContent = status;
-  el.className = "badge " + status;
+  currentStatus = status;
+  const badge = document.getElementById("status");
+  badge.textContent = status;
+  badge.className = "badge " + status;
+  updateControls();
+}
+
+function lastTurnUnfinished() {
+  // The last message of the path is a user message with no answer yet, or an assistant
+  // message that was not completed or has tools that never finished.
+  const last = messages.get(order[order.length - 1]);
+  if (!last) return false;
+  if (last.role === "user") return true;
+  if (!last.completed_at) return true;
+  return last.partIds.some((id) => {
+    const p = parts.get(id);
+    return p.type === "tool" && ["pending", "running"].includes((p.state || {}).status);
+  });
+}
+
+function updateControls() {
+  const busy = currentStatus === "busy";
+  document.getElementById("stop").hidden = !busy;
+  document.getElementById("resume").hidden = busy || !lastTurnUnfinished();
 }
 
 function el(tag, cls, text) {
@@ -152,7 +175,9 @@ function renderPart(p) {
     box.dataset.partId = p.id;
     const s = p.state || {};
     const head = el("div");
-    head.append(el("span", "name", p.tool), el("span", "state " + (s.status || ""), s.status || ""));
+    const meta = s.metadata || {};
+    const label = meta.interrupted ? `interrupted (${meta.reason || "?"})` : s.status || "";
+    head.append(el("span", "name", p.tool), el("span", "state " + (s.status || ""), label));
     const input = s.input || {};
     head.append(el("span", "muted", input.path ?? input.command ?? (input.seconds !== undefined ? `${input.seconds}s` : "")));
     box.append(head);
@@ -268,6 +293,7 @@ function render() {
   }
   box.replaceChildren(frag);
   renderRevertBar();
+  updateControls();
 }
 
 async function loadFiles() {
@@ -324,6 +350,10 @@ document.getElementById("composer").addEventListener("submit", async (e) => {
 });
 document.getElementById("prompt").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) document.getElementById("send").click();
+});
+document.getElementById("resume").addEventListener("click", async () => {
+  showError("");
+  await call("POST", api("/runs/"), { mode: "resume" }).catch((err) => showError(err.message));
 });
 document.getElementById("stop").addEventListener("click", async () => {
   await call("POST", api("/abort/"), {}).catch((err) => showError(err.message));

@@ -31,6 +31,7 @@ class RunIn(serializers.Serializer):
     wait = serializers.BooleanField(required=False, default=False)
     multitask_strategy = serializers.CharField(required=False, default="reject")
     output_schema = serializers.JSONField(required=False, default=None)
+    checkpoint = serializers.CharField(required=False, allow_blank=True, default="")
 
 
 def _run_args(request: Request) -> dict:

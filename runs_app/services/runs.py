@@ -61,6 +61,7 @@ def start_run(
     messages: Any = None,
     multitask_strategy: str = "reject",
     output_schema: Any = None,
+    checkpoint: str = "",
     defer_enqueue: bool = False,
 ) -> Run:
     """Create a run and take the session's busy lock for it, or queue it behind the run that
@@ -71,6 +72,8 @@ def start_run(
         multitask_strategy=multitask_strategy,
         output_schema=output_schema,
     )
+    if checkpoint and checkpoint not in Session.Checkpoint.values:
+        raise InvalidInput(f"checkpoint must be one of {', '.join(Session.Checkpoint.values)}.")
     with transaction.atomic():
         # The row lock orders us against the holder's hand-over (engine.finish), so a queued
         # run is never left behind a lock that was just released.
@@ -81,7 +84,7 @@ def start_run(
             input=normalised,
             output_schema=output_schema,
             model=locked.model or settings.AGENT_MODEL,
-            checkpoint=locked.checkpoint,
+            checkpoint=checkpoint or locked.checkpoint,
             multitask_strategy=multitask_strategy,
             max_steps=settings.AGENT_MAX_STEPS,
             created_by=user if getattr(user, "is_authenticated", False) else None,
