@@ -268,3 +268,27 @@ def test_checkpoint_modes_decide_when_tool_rows_are_written(
     parts = Part.objects.filter(message__run_id=run["id"], type="tool")
     assert sorted(p.state["status"] for p in parts) == ["completed", "completed"]
     assert Run.objects.get(id=run["id"]).checkpoint == mode
+
+
+def test_mode_runs_writes_the_run_once_at_its_end(owner):
+    counts = {}
+    for mode in ("runs", "tool-batch"):
+        session = create_session(owner=owner, checkpoint=mode)
+        run = start_run(
+            session=session,
+            user=owner,
+            messages=[{"role": "user", "content": "write a.txt x\nsay between\nappend a.txt y"}],
+            defer_enqueue=True,
+        )
+        with CaptureQueriesContext(connection) as ctx:
+            run_agent(run.id)
+        inserts = [
+            q["sql"]
+            for q in ctx.captured_queries
+            if q["sql"].startswith('INSERT INTO "sessions_app_part"')
+        ]
+        counts[mode] = len(inserts)
+        assert Part.objects.filter(session=session, type="tool").count() == 2
+    # The user's message at start-up, then one write of everything at the end.
+    assert counts["runs"] == 2
+    assert counts["tool-batch"] > counts["runs"]

@@ -54,7 +54,8 @@ def recover_path(loop: AgentLoop, *, mode: str) -> None:
             }
         loop.writer.touch(last, "completed_at", "error")
         loop.emit(events.MESSAGE_UPDATED, message=message_data(last))
-    loop.writer.flush()
+    if loop.mode != "runs":  # mode "runs" writes at terminal states only
+        loop.writer.flush()
 
 
 def requeue_stale_runs() -> list[str]:
