@@ -84,8 +84,16 @@ def _locked(session: Session, *, holder_run_id: str | None = None) -> Session:
     return locked
 
 
-def plan_revert(*, session: Session, message_id: str, part_id: str | None = None) -> dict:
-    """What a revert would do, without doing it: the boundary and the per-file diff."""
+@dataclass(frozen=True)
+class RevertPlan:
+    boundary: Boundary
+    current: str  # the worktree's tree now
+    pre: str  # the tree before the (first pending) revert
+    target: str  # the tree the revert leads to
+    files: list[str]  # the files the reverted patches name
+
+
+def _plan(session: Session, message_id: str, part_id: str | None) -> RevertPlan:
     path = active_path(session)
     boundary = find_boundary(path, session, message_id, part_id)
     snap = snapshots.for_session(session)
@@ -94,10 +102,16 @@ def plan_revert(*, session: Session, message_id: str, part_id: str | None = None
     pre = pending.get("snapshot") or current
     sources = _sources(reverted_parts(path, boundary))
     target = snap.compose(current, _with_previous(sources, pending, pre))
+    return RevertPlan(boundary, current, pre, target, sorted(sources))
+
+
+def plan_revert(*, session: Session, message_id: str, part_id: str | None = None) -> dict:
+    """What a revert would do, without doing it: the boundary and the per-file diff."""
+    plan = _plan(session, message_id, part_id)
     return {
-        "message_id": boundary.message.id,
-        "part_id": boundary.part.id if boundary.part else None,
-        "diff": snap.diff_stat(pre, target),
+        "message_id": plan.boundary.message.id,
+        "part_id": plan.boundary.part.id if plan.boundary.part else None,
+        "diff": snapshots.for_session(session).diff_stat(plan.pre, plan.target),
     }
 
 
@@ -119,22 +133,17 @@ def revert_session(
 ) -> Session:
     with transaction.atomic():
         locked = _locked(session)
-        path = active_path(locked)
-        boundary = find_boundary(path, locked, message_id, part_id)
+        plan = _plan(locked, message_id, part_id)
+        boundary, pre, target = plan.boundary, plan.pre, plan.target
         snap = snapshots.for_session(locked)
-        current = snap.track()
-        pending = locked.revert or {}
-        pre = pending.get("snapshot") or current
-        sources = _sources(reverted_parts(path, boundary))
-        target = snap.compose(current, _with_previous(sources, pending, pre))
-        snap.checkout(target, snap.patch(current, target))
+        snap.checkout(target, snap.patch(plan.current, target))
         diff = snap.diff_stat(pre, target)
         locked.revert = {
             "message_id": boundary.message.id,
             "part_id": boundary.part.id if boundary.part else None,
             "snapshot": pre,
             "diff": snap.diff_text(pre, target),
-            "files": sorted(sources),
+            "files": plan.files,
             "changes": diff,
         }
         locked.summary = snapshots.summary_of(diff)
@@ -147,7 +156,7 @@ def revert_session(
                 "message_id": boundary.message.id,
                 "part_id": locked.revert["part_id"],
                 "snapshot": pre,
-                "files": sorted(sources),
+                "files": plan.files,
             },
         )
         events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))

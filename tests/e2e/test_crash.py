@@ -16,16 +16,9 @@ from django.contrib.auth.models import User
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
-from .stack import Processes, base_env
+from .stack import base_env
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture
-def procs():
-    processes = Processes()
-    yield processes
-    processes.stop()
 
 
 def wait_until(predicate, timeout: float, what: str):

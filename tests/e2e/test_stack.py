@@ -12,16 +12,9 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from .flow import run_the_flow
-from .stack import Processes, base_env, manage
+from .stack import base_env, manage
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@pytest.fixture
-def procs():
-    processes = Processes()
-    yield processes
-    processes.stop()
 
 
 @pytest.mark.django_db(transaction=True)
