@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +40,8 @@ def base_env(**overrides: str | None) -> dict[str, str]:
         ASGI_THREADS="32",
         PYTHONUNBUFFERED="1",
         SCRIPTED_DEFAULT_PACE_MS="5",
+        # A queue of this test's own: another suite on the same Redis cannot take its runs.
+        CELERY_QUEUE=f"agentplat-e2e-{uuid.uuid4().hex[:12]}",
     )
     for key, value in overrides.items():
         if value is None:
