@@ -292,3 +292,18 @@ def test_mode_runs_writes_the_run_once_at_its_end(owner):
     # The user's message at start-up, then one write of everything at the end.
     assert counts["runs"] == 2
     assert counts["tool-batch"] > counts["runs"]
+
+
+def test_the_stream_endpoint_refuses_an_output_schema(api):
+    sid = new_session(api)
+    response = api.post(
+        f"/api/sessions/{sid}/runs/stream/",
+        {"messages": [{"role": "user", "content": "json {}"}], "output_schema": {"type": "object"}},
+        format="json",
+    )
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "type": "ValidationError",
+        "message": "output_schema is not supported on the streaming endpoint.",
+    }
+    assert not Run.objects.filter(session_id=sid).exists()

@@ -59,6 +59,10 @@ def test_a_killed_worker_s_runs_resume_without_running_a_tool_twice(procs, tmp_p
     worker = procs.worker(env, tmp_path)
     scripts = {
         "during a slow tool": ("append log.txt x\nwait 5", lambda wt: (wt / "log.txt").exists()),
+        "between tool batches": (
+            "append log.txt x\nsay between\nappend log2.txt y\nwait 5",
+            lambda wt: (wt / "log2.txt").exists(),
+        ),
         "during a streamed reply": (
             "pace 100\nsay " + " ".join(f"w{i}" for i in range(30)) + "\nappend log.txt x",
             None,
@@ -97,11 +101,17 @@ def test_a_killed_worker_s_runs_resume_without_running_a_tool_twice(procs, tmp_p
                 )
                 assert done["status"] == "completed", done["error"]
                 assert (worktree / "log.txt").read_text() == "x\n", "append ran exactly once"
+                if (worktree / "log2.txt").exists():
+                    assert (worktree / "log2.txt").read_text() == "y\n"
                 session = http.get(f"/api/sessions/{sid}/").json()
                 assert session["status"] == "idle"
                 messages = http.get(f"/api/sessions/{sid}/messages/").json()
                 tools = [p for m in messages for p in m["parts"] if p["type"] == "tool"]
                 assert all(p["state"]["status"] in ("completed", "error") for p in tools)
+                if label == "between tool batches":
+                    # The batch before the crash was checkpointed: kept, not interrupted.
+                    first = next(p for p in tools if p["state"]["input"].get("path") == "log.txt")
+                    assert first["state"]["status"] == "completed", first
                 recovered = [m for m in messages if (m["error"] or {}).get("reason")]
                 assert recovered and recovered[0]["error"]["reason"] == "UnfinishedAssistantMessage"
     except Exception:
