@@ -18,6 +18,7 @@ api = [
     path("sessions/<str:session_id>/unrevert/", session_views.session_unrevert),
     path("sessions/<str:session_id>/cleanup/", session_views.session_cleanup),
     path("sessions/<str:session_id>/diff/", session_views.session_diff),
+    path("sessions/<str:session_id>/rollback/", session_views.session_rollback),
     path("sessions/<str:session_id>/files/", session_views.session_files),
     path("sessions/<str:session_id>/files/<path:path>", session_views.session_files),
     path("sessions/<str:session_id>/runs/", run_views.session_runs),

@@ -38,6 +38,8 @@ class Session(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     revert = models.JSONField(null=True, blank=True)
     summary = models.JSONField(default=dict, blank=True)
+    # Rough size, in tokens, of the active path (recomputed by rollback).
+    context_tokens = models.PositiveIntegerField(default=0)
     forked_from_session = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )

@@ -94,6 +94,7 @@ def session_data(session: Session) -> dict[str, Any]:
         "model": session.model,
         "system_prompt": session.system_prompt,
         "checkpoint": session.checkpoint,
+        "context_tokens": session.context_tokens,
         "created_at": _iso(session.created_at),
         "updated_at": _iso(session.updated_at),
     }

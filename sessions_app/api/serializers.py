@@ -22,3 +22,7 @@ class TokenIn(serializers.Serializer):
 class RevertIn(serializers.Serializer):
     message_id = serializers.CharField(max_length=40)
     part_id = serializers.CharField(max_length=40, required=False, allow_null=True, default=None)
+
+
+class RollbackIn(serializers.Serializer):
+    num_turns = serializers.JSONField(required=False, allow_null=True, default=None)

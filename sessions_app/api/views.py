@@ -22,10 +22,11 @@ from ..selectors import (
     sessions_for_user,
 )
 from ..services import revert as revert_services
+from ..services import rollback as rollback_services
 from ..services import sessions as session_services
 from ..tools_paths import resolve_inside
 from .errors import error_body
-from .serializers import HeadIn, RevertIn, SessionIn, TokenIn
+from .serializers import HeadIn, RevertIn, RollbackIn, SessionIn, TokenIn
 
 
 @extend_schema(request=TokenIn, responses={200: dict})
@@ -144,3 +145,15 @@ def session_diff(request: Request, session_id: str) -> Response:
     session = session_for_user(request.user, session_id)
     message_id = request.query_params.get("message_id") or None
     return Response(revert_services.session_diff(session=session, message_id=message_id))
+
+
+@extend_schema(request=RollbackIn, responses={200: dict})
+@api_view(["POST"])
+def session_rollback(request: Request, session_id: str) -> Response:
+    session = session_for_user(request.user, session_id)
+    data = RollbackIn(data=request.data)
+    data.is_valid(raise_exception=True)
+    session = rollback_services.rollback_session(
+        session=session, num_turns=data.validated_data["num_turns"], user=request.user
+    )
+    return Response(session_data(session))
