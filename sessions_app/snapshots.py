@@ -26,8 +26,6 @@ from pathlib import Path
 
 from django.conf import settings
 
-EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
-
 
 class SnapshotError(RuntimeError):
     pass

@@ -113,3 +113,15 @@ def test_bad_num_turns_busy_and_pending_revert(api, sid):
 
 def test_an_outsider_cannot_roll_back(outsider_api, sid):
     assert rollback(outsider_api, sid, 1).status_code == 404
+
+
+def test_head_switch_goes_to_the_newest_leaf_under_a_message(api, sid):
+    rollback(api, sid, 1)
+    turn(api, sid, "say instead")
+    newest = Session.objects.get(id=sid).head_id
+    old_branch = Message.objects.filter(session_id=sid, role="user").order_by("id")[2]
+    api.post(f"/api/sessions/{sid}/head/", {"message_id": old_branch.id}, format="json")
+    assert users_on_path(sid) == ["write a.txt 1", "say two", "write b.txt 3"]
+    first = Message.objects.filter(session_id=sid, role="user").order_by("id")[0]
+    switched = api.post(f"/api/sessions/{sid}/head/", {"message_id": first.id}, format="json")
+    assert switched.json()["head_message_id"] == newest

@@ -12,7 +12,6 @@ from django.utils import timezone
 from sessions_app import events
 from sessions_app.errors import ConflictError, InvalidInput, SessionBusyError
 from sessions_app.models import Session
-from sessions_app.selectors import session_data
 from sessions_app.services import lock
 
 from .. import abort_bus
@@ -175,8 +174,3 @@ def wait_for_run(run: Run, *, timeout: float = 600.0) -> Run:
             return run
         time.sleep(0.05)
     return run
-
-
-def session_snapshot(session: Session) -> dict[str, Any]:
-    session.refresh_from_db()
-    return session_data(session)

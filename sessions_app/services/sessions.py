@@ -44,13 +44,26 @@ def delete_session(*, session: Session) -> None:
 
 
 def newest_leaf(message: Message) -> Message:
-    """The newest message in the subtree under ``message`` that has no children."""
-    current = message
-    while True:
-        child = Message.objects.filter(parent=current).order_by("-id").first()
-        if child is None:
-            return current
-        current = child
+    """The newest message in the subtree under ``message`` that has no children: one query
+    for the session's (id, parent) pairs, then a walk in memory."""
+    children: dict[str, list[str]] = {}
+    for mid, parent in (
+        Message.objects.filter(session_id=message.session_id)
+        .values_list("id", "parent_id")
+        .iterator()
+    ):
+        if parent:
+            children.setdefault(parent, []).append(mid)
+    leaves, stack = [], [message.id]
+    while stack:
+        mid = stack.pop()
+        below = children.get(mid)
+        if below:
+            stack.extend(below)
+        else:
+            leaves.append(mid)
+    newest = max(leaves)  # ids sort by creation time
+    return message if newest == message.id else Message.objects.get(id=newest)
 
 
 def switch_head(*, session: Session, message_id: str) -> Session:
