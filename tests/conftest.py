@@ -44,3 +44,14 @@ def api(owner) -> APIClient:
 @pytest.fixture
 def outsider_api(outsider) -> APIClient:
     return client_for(outsider)
+
+
+def run_turn(api: APIClient, session_id: str, script: str) -> dict:
+    """One user turn through the API, waited for; it must complete."""
+    run = api.post(
+        f"/api/sessions/{session_id}/runs/",
+        {"messages": [{"role": "user", "content": script}], "wait": True},
+        format="json",
+    ).json()
+    assert run["status"] == "completed", run
+    return run

@@ -5,7 +5,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from sessions_app.models import Message, Session
-from tests.conftest import client_for
+from tests.conftest import client_for, run_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,22 +20,13 @@ def staff(name: str) -> User:
     return user
 
 
-def turn(api, sid, script):
-    run = api.post(
-        f"/api/sessions/{sid}/runs/",
-        {"messages": [{"role": "user", "content": script}], "wait": True},
-        format="json",
-    ).json()
-    assert run["status"] == "completed"
-
-
 @pytest.fixture
 def setup():
     alice = staff("alice-staff")
     api = client_for(alice)
     sid = api.post("/api/sessions/", {}, format="json").json()["id"]
-    turn(api, sid, "write a.txt one")
-    turn(api, sid, "write b.txt two")
+    run_turn(api, sid, "write a.txt one")
+    run_turn(api, sid, "write b.txt two")
     client = Client()
     client.force_login(alice)
     return alice, sid, client

@@ -8,18 +8,9 @@ import pytest
 from runs_app.models import Run
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path
+from tests.conftest import run_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def turn(api, sid, script):
-    run = api.post(
-        f"/api/sessions/{sid}/runs/",
-        {"messages": [{"role": "user", "content": script}], "wait": True},
-        format="json",
-    ).json()
-    assert run["status"] == "completed", run
-    return run
 
 
 def user_messages(sid):
@@ -61,7 +52,7 @@ def revert(api, sid, message_id, part_id=None):
 )
 def test_revert_moves_between_turns_and_unrevert_is_exact(api, sid, scripts, states):
     for script in scripts:
-        turn(api, sid, script)
+        run_turn(api, sid, script)
     worktree = Session.objects.get(id=sid).worktree
     final = files(worktree)
     users = user_messages(sid)
@@ -85,8 +76,8 @@ def test_revert_restores_deleted_and_removes_created_files_only(api, sid):
     (worktree / "mine.txt").write_text("the user's own file")
     subprocess.run(["git", "init", "-q"], cwd=worktree, check=True)
     (worktree / "keep.bin").write_bytes(b"\x00\x01binary")
-    turn(api, sid, "write old.txt original\nwrite nested/dir/ünï名.txt x")
-    turn(
+    run_turn(api, sid, "write old.txt original\nwrite nested/dir/ünï名.txt x")
+    run_turn(
         api, sid, "delete old.txt\nwrite deep/a/b/c/" + "n" * 120 + ".txt long\nwrite keep.bin bin2"
     )
     (worktree / "mine.txt").write_text("edited by the user, not the agent")
@@ -107,8 +98,8 @@ def test_revert_restores_deleted_and_removes_created_files_only(api, sid):
 
 
 def test_the_revert_summary_matches_git_numstat(api, sid):
-    turn(api, sid, "write a.txt one\nappend a.txt two")
-    turn(api, sid, "append a.txt three\nwrite b.txt x")
+    run_turn(api, sid, "write a.txt one\nappend a.txt two")
+    run_turn(api, sid, "append a.txt three\nwrite b.txt x")
     session = Session.objects.get(id=sid)
     body = revert(api, sid, user_messages(sid)[1].id).json()
     pre = body["revert"]["snapshot"]
@@ -135,7 +126,7 @@ def test_the_revert_summary_matches_git_numstat(api, sid):
 
 
 def test_a_part_level_revert_keeps_the_earlier_parts(api, sid):
-    turn(api, sid, "say before\nwrite a.txt x")
+    run_turn(api, sid, "say before\nwrite a.txt x")
     worktree = Session.objects.get(id=sid).worktree
     step = Message.objects.filter(session_id=sid, role="assistant").order_by("id").first()
     tool = Part.objects.get(message=step, type="tool")
@@ -154,7 +145,7 @@ def test_a_part_level_revert_keeps_the_earlier_parts(api, sid):
 
 
 def test_a_part_without_earlier_text_or_tool_falls_back_to_the_turn(api, sid):
-    turn(api, sid, "say hi")
+    run_turn(api, sid, "say hi")
     step = Message.objects.get(session_id=sid, role="assistant")
     text = Part.objects.get(message=step, type="text")
     body = revert(api, sid, step.id, text.id).json()
@@ -166,19 +157,19 @@ def test_a_part_without_earlier_text_or_tool_falls_back_to_the_turn(api, sid):
 
 
 def test_cleanup_without_a_revert_changes_nothing(api, sid):
-    turn(api, sid, "say hi")
+    run_turn(api, sid, "say hi")
     before = Session.objects.get(id=sid).head_id
     assert api.post(f"/api/sessions/{sid}/cleanup/").json()["head_message_id"] == before
     assert Message.objects.filter(session_id=sid).count() == 2
 
 
 def test_a_new_prompt_confirms_a_pending_revert(api, sid):
-    turn(api, sid, "write a.txt one")
-    turn(api, sid, "write a.txt two")
+    run_turn(api, sid, "write a.txt one")
+    run_turn(api, sid, "write a.txt two")
     worktree = Session.objects.get(id=sid).worktree
     revert(api, sid, user_messages(sid)[1].id)
     assert (worktree / "a.txt").read_text() == "one"
-    turn(api, sid, "say next")
+    run_turn(api, sid, "say next")
     session = Session.objects.get(id=sid)
     assert session.revert is None
     texts = [
@@ -189,7 +180,7 @@ def test_a_new_prompt_confirms_a_pending_revert(api, sid):
 
 
 def test_history_moves_answer_409_while_a_run_streams(api, sid):
-    turn(api, sid, "write a.txt one")
+    run_turn(api, sid, "write a.txt one")
     first_user = user_messages(sid)[0]
     running = api.post(
         f"/api/sessions/{sid}/runs/",
@@ -214,9 +205,9 @@ def test_history_moves_answer_409_while_a_run_streams(api, sid):
 
 
 def test_foreign_messages_and_sessions_answer_404(api, outsider_api, sid):
-    turn(api, sid, "say hi")
+    run_turn(api, sid, "say hi")
     other = api.post("/api/sessions/", {}, format="json").json()["id"]
-    turn(api, other, "say there")
+    run_turn(api, other, "say there")
     foreign = user_messages(other)[0]
     response = revert(api, sid, foreign.id)
     assert response.status_code == 404
@@ -229,8 +220,8 @@ def test_foreign_messages_and_sessions_answer_404(api, outsider_api, sid):
 
 
 def test_the_diff_of_a_turn_and_of_the_session(api, sid):
-    turn(api, sid, "write a.txt 1\nwrite b.txt 2")
-    turn(api, sid, "delete a.txt\nappend b.txt 3")
+    run_turn(api, sid, "write a.txt 1\nwrite b.txt 2")
+    run_turn(api, sid, "delete a.txt\nappend b.txt 3")
     second = user_messages(sid)[1]
     whole = api.get(f"/api/sessions/{sid}/diff/").json()
     assert [(d["file"], d["status"]) for d in whole] == [("b.txt", "added")]

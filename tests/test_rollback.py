@@ -7,17 +7,9 @@ import pytest
 from runs_app.models import Run
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path
+from tests.conftest import run_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def turn(api, sid, text):
-    run = api.post(
-        f"/api/sessions/{sid}/runs/",
-        {"messages": [{"role": "user", "content": text}], "wait": True},
-        format="json",
-    ).json()
-    assert run["status"] == "completed"
 
 
 def users_on_path(sid):
@@ -36,7 +28,7 @@ def rollback(api, sid, n):
 def sid(api):
     sid = api.post("/api/sessions/", {"title": "kept"}, format="json").json()["id"]
     for text in ("write a.txt 1", "say two", "write b.txt 3"):
-        turn(api, sid, text)
+        run_turn(api, sid, text)
     return sid
 
 
@@ -71,7 +63,7 @@ def test_a_rolled_back_branch_is_reachable_again(api, sid):
 
 def test_a_prompt_after_a_rollback_starts_a_branch(api, sid):
     rollback(api, sid, 1)
-    turn(api, sid, "say instead")
+    run_turn(api, sid, "say instead")
     assert users_on_path(sid) == ["write a.txt 1", "say two", "say instead"]
     third = Message.objects.filter(session_id=sid, role="user").order_by("id")[2]
     new = Message.objects.filter(session_id=sid, role="user").order_by("id")[3]
@@ -117,7 +109,7 @@ def test_an_outsider_cannot_roll_back(outsider_api, sid):
 
 def test_head_switch_goes_to_the_newest_leaf_under_a_message(api, sid):
     rollback(api, sid, 1)
-    turn(api, sid, "say instead")
+    run_turn(api, sid, "say instead")
     newest = Session.objects.get(id=sid).head_id
     old_branch = Message.objects.filter(session_id=sid, role="user").order_by("id")[2]
     api.post(f"/api/sessions/{sid}/head/", {"message_id": old_branch.id}, format="json")

@@ -126,3 +126,15 @@ class Processes:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def services_database_url() -> str:
+    """The test database as a URL for the subprocesses; services mode is required."""
+    import pytest
+    from django.conf import settings
+    from django.db import connection
+
+    if settings.EMBEDDED or connection.vendor != "postgresql":
+        pytest.fail("this test needs services mode: DATABASE_URL (PostgreSQL) and REDIS_URL")
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"

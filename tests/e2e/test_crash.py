@@ -13,10 +13,9 @@ import httpx
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection
 from rest_framework.authtoken.models import Token
 
-from .stack import base_env
+from .stack import base_env, services_database_url
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -38,10 +37,7 @@ def kill_worker(proc) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_a_killed_worker_s_runs_resume_without_running_a_tool_twice(procs, tmp_path):
-    if settings.EMBEDDED or connection.vendor != "postgresql":
-        pytest.fail("needs DATABASE_URL (PostgreSQL) and REDIS_URL")
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+    url = services_database_url()
     workspace = tmp_path / "ws"
     env = base_env(
         DATABASE_URL=url,

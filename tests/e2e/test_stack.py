@@ -8,21 +8,17 @@ import os
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from .flow import run_the_flow
-from .stack import base_env, manage
+from .stack import base_env, manage, services_database_url
 
 pytestmark = pytest.mark.timeout(240)
 
 
 @pytest.mark.django_db(transaction=True)
 def test_services_mode_runs_through_daphne_and_a_celery_worker(procs, tmp_path):
-    if settings.EMBEDDED or connection.vendor != "postgresql":
-        pytest.fail("the services-mode test needs DATABASE_URL (PostgreSQL) and REDIS_URL")
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+    url = services_database_url()
     workspace = tmp_path / "ws"
     env = base_env(DATABASE_URL=url, REDIS_URL=settings.REDIS_URL, WORKSPACE_ROOT=str(workspace))
     alice = User.objects.create_user("alice", password="pw")
