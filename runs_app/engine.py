@@ -164,7 +164,10 @@ class AgentLoop:
 
                 self.session = cleanup_session(session=self.session, holder_run_id=run.id)
                 self.head_id = self.session.head_id
-            self.history = active_path(self.session)
+            if run.branch and not run.branch.get("applied"):
+                self.start_branch()
+            else:
+                self.history = active_path(self.session)
             if prompting:
                 self.start_prompt()
             elif turn_finished(self.history):
@@ -212,6 +215,67 @@ class AgentLoop:
             self.run.input_message_id = written[0].id
         for message in written:
             self.emit(events.MESSAGE_UPDATED, message=message_data(message))
+
+    def start_branch(self) -> None:
+        """Continue/regenerate (SEMANTICS 5): the head moves to the message the branch hangs
+        from, the files go back to what they were there when the branch leaves the current
+        head (recorded first, so nothing is lost), the new input is written, the replaced
+        messages are hidden: one transaction, marked applied so a resumed run skips it."""
+        from sessions_app.models import HistoryEvent
+
+        branch = dict(self.run.branch)
+        parent = branch.get("parent_message_id")
+        files, before = branch.get("files"), None
+        if files and parent != self.session.head_id:
+            before = self.snap.track()
+            if before != files:
+                self.snap.checkout(files, self.snap.patch(before, files))
+        self.head_id = parent
+        self.history = active_path(self.session, leaf_id=parent) if parent else []
+        written = []
+        with transaction.atomic():
+            for item in branch.get("input") or []:
+                message = self.new_message(Message.Role.USER)
+                message.completed_at = message.created_at
+                self.new_part(message, Part.Type.TEXT, text=str(item.get("content", "")))
+                written.append(message)
+            if not written:
+                Session.objects.filter(id=self.session.id).update(
+                    head_id=parent, updated_at=timezone.now()
+                )
+            self.writer.flush()
+            branch["applied"] = True
+            fields: dict[str, Any] = {"branch": branch}
+            if written and self.run.input_message_id is None:
+                fields["input_message_id"] = self.run.input_message_id = written[0].id
+            Run.objects.filter(id=self.run.id).update(**fields)
+            self.run.branch = branch
+            if branch.get("hide"):
+                Message.objects.filter(id__in=branch["hide"], session_id=self.session.id).update(
+                    hidden=True
+                )
+            if branch.get("replaces"):
+                Run.objects.filter(id=branch["replaces"]).update(replaced_by=self.run.id)
+            HistoryEvent.objects.create(
+                session_id=self.session.id,
+                kind="regenerate" if self.run.mode == Run.Mode.REGENERATE else "continue",
+                run_id=self.run.id,
+                data={
+                    "source_run_id": branch.get("source_run_id"),
+                    "index": branch.get("index"),
+                    "parent_message_id": parent,
+                    "files_before": before,
+                    "files": files if before else None,
+                    "hidden": branch.get("hide") or [],
+                },
+            )
+        self.session.head_id = self.head_id
+        for message in written:
+            self.emit(events.MESSAGE_UPDATED, message=message_data(message))
+        self.emit(events.SESSION_UPDATED, session=session_data(self.session))
+        if before and before != files:
+            diff = self.snap.diff_stat(before, files)
+            self.emit(events.SESSION_DIFF, diff=diff, summary=snapshots.summary_of(diff))
 
     def roll_back_interrupted(self) -> None:
         """multitask_strategy "rollback": the interrupted run's messages leave the active path

@@ -54,6 +54,11 @@ class Run(models.Model):
     forked_from_session = models.ForeignKey(
         "sessions_app.Session", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # Set for continue/regenerate: where the run's branch starts and what it brings (input,
+    # files, messages to hide); ``applied`` once the loop has moved the head there.
+    branch = models.JSONField(null=True, blank=True)
+    # Set on a run that a regenerate with replace_original replaced (hidden from history).
+    replaced_by = models.CharField(max_length=40, null=True, blank=True)
     usage = models.JSONField(default=dict, blank=True)
     task_id = models.CharField(max_length=64, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)

@@ -4,9 +4,11 @@ from typing import Any
 
 from django.http import Http404
 
-from sessions_app.selectors import _iso
+from sessions_app.models import Message, Part, Session
+from sessions_app.selectors import _iso, all_messages
 
 from .models import Run
+from .transcript import entries
 
 
 def run_for_user(user, run_id: str) -> Run:  # noqa: ANN001
@@ -16,6 +18,13 @@ def run_for_user(user, run_id: str) -> Run:  # noqa: ANN001
     if run is None:
         raise Http404("No such run.")
     return run
+
+
+def _branch_data(branch: dict | None) -> dict | None:
+    if not branch:
+        return None
+    keys = ("parent_message_id", "continue_from", "index", "source_run_id", "applied")
+    return {k: branch.get(k) for k in keys}
 
 
 def run_data(run: Run) -> dict[str, Any]:
@@ -32,6 +41,8 @@ def run_data(run: Run) -> dict[str, Any]:
         "forked_from_run_id": run.forked_from_run_id,
         "forked_from_message_index": run.forked_from_message_index,
         "forked_from_session_id": run.forked_from_session_id,
+        "replaced_by": run.replaced_by,
+        "branch": _branch_data(run.branch),
         "multitask_strategy": run.multitask_strategy,
         "checkpoint": run.checkpoint,
         "model": run.model,
@@ -40,3 +51,83 @@ def run_data(run: Run) -> dict[str, Any]:
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),
     }
+
+
+def _preview(message: Message, limit: int = 80) -> str:
+    text = " ".join(
+        "".join(p.text for p in message.loaded_parts if p.type == Part.Type.TEXT).split()
+    )
+    if not text:
+        tools = [p.tool for p in message.loaded_parts if p.type == Part.Type.TOOL]
+        text = ("tools: " + ", ".join(tools)) if tools else ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def checkpoint_timeline(session: Session) -> list[dict[str, Any]]:
+    """Rule 5.7: per run, each persisted tool-safe point of its transcript (its input, each
+    finished tool batch, its answers) with the K that ``continue_from`` takes for it, the
+    snapshot of the files there, and a preview. Three queries whatever the session's size;
+    K comes from one pass over the tree (a message's K is its parent's plus its entries)."""
+    messages = all_messages(session)
+    by_id = {m.id: m for m in messages}
+    system = 1 if session.system_prompt else 0
+    ends: dict[str, int] = {}
+    trees: dict[str, str | None] = {}
+
+    def resolve(message: Message) -> None:
+        chain = []
+        current: Message | None = message
+        while current is not None and current.id not in ends:
+            chain.append(current)
+            current = by_id.get(current.parent_id) if current.parent_id else None
+        for m in reversed(chain):
+            parent = m.parent_id if m.parent_id in ends else None
+            ends[m.id] = (ends[parent] if parent else system) + len(entries(m))
+            finish = next(
+                (
+                    p.data.get("snapshot")
+                    for p in reversed(m.loaded_parts)
+                    if p.type == Part.Type.STEP_FINISH and p.data.get("snapshot")
+                ),
+                None,
+            )
+            trees[m.id] = finish or (trees[parent] if parent else None)
+
+    newest: dict[str, Message] = {}
+    for m in messages:
+        resolve(m)
+        if m.run_id and (m.run_id not in newest or m.id > newest[m.run_id].id):
+            newest[m.run_id] = m
+    timeline = []
+    for run in Run.objects.filter(session=session).order_by("id"):
+        chain = []
+        current = newest.get(run.id)
+        while current is not None and current.run_id == run.id:
+            chain.append(current)
+            current = by_id.get(current.parent_id) if current.parent_id else None
+        for m in reversed(chain):
+            if m.completed_at is None or not entries(m):
+                continue
+            has_tools = any(p.type == Part.Type.TOOL for p in m.loaded_parts)
+            step = next(
+                (p.data.get("step") for p in m.loaded_parts if p.type == Part.Type.STEP_START),
+                None,
+            )
+            timeline.append(
+                {
+                    "run_id": run.id,
+                    "run_status": run.status,
+                    "message_id": m.id,
+                    "role": m.role,
+                    "kind": "input"
+                    if m.role == Message.Role.USER
+                    else ("tool-batch" if has_tools else "answer"),
+                    "step": step,
+                    "index": ends[m.id],
+                    "snapshot": trees.get(m.id),
+                    "preview": _preview(m),
+                    "hidden": m.hidden,
+                    "created_at": _iso(m.created_at),
+                }
+            )
+    return timeline

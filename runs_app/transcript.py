@@ -17,39 +17,62 @@ def tool_result_text(state: dict[str, Any]) -> str:
     return f"Error: {state.get('error') or 'the tool failed.'}"
 
 
+def finished_calls(message: Message) -> list[Part]:
+    return [
+        p
+        for p in getattr(message, "loaded_parts", [])
+        if p.type == Part.Type.TOOL and (p.state or {}).get("status") in FINISHED
+    ]
+
+
+def entries(message: Message) -> list[dict[str, Any]]:
+    """The transcript entries one message contributes: a user message one; an assistant
+    message its text and finished tool calls, then one ``tool`` entry per call; nothing
+    when it has neither (an empty or still unfinished step)."""
+    parts: list[Part] = getattr(message, "loaded_parts", [])
+    text = "".join(p.text for p in parts if p.type == Part.Type.TEXT)
+    if message.role == Message.Role.USER:
+        return [{"role": "user", "content": text}]
+    calls = finished_calls(message)
+    if not text and not calls:
+        return []
+    entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        entry["tool_calls"] = [
+            {
+                "id": p.call_id,
+                "type": "function",
+                "function": {
+                    "name": p.tool,
+                    "arguments": json.dumps((p.state or {}).get("input") or {}),
+                },
+            }
+            for p in calls
+        ]
+    out = [entry]
+    for p in calls:
+        out.append(
+            {"role": "tool", "tool_call_id": p.call_id, "content": tool_result_text(p.state)}
+        )
+    return out
+
+
 def model_messages(history: list[Message], system_prompt: str = "") -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     if system_prompt:
         out.append({"role": "system", "content": system_prompt})
     for message in history:
-        parts: list[Part] = getattr(message, "loaded_parts", [])
-        text = "".join(p.text for p in parts if p.type == Part.Type.TEXT)
-        if message.role == Message.Role.USER:
-            out.append({"role": "user", "content": text})
-            continue
-        calls = [
-            p
-            for p in parts
-            if p.type == Part.Type.TOOL and (p.state or {}).get("status") in FINISHED
-        ]
-        if not text and not calls:
-            continue
-        entry: dict[str, Any] = {"role": "assistant", "content": text or None}
-        if calls:
-            entry["tool_calls"] = [
-                {
-                    "id": p.call_id,
-                    "type": "function",
-                    "function": {
-                        "name": p.tool,
-                        "arguments": json.dumps((p.state or {}).get("input") or {}),
-                    },
-                }
-                for p in calls
-            ]
-        out.append(entry)
-        for p in calls:
-            out.append(
-                {"role": "tool", "tool_call_id": p.call_id, "content": tool_result_text(p.state)}
-            )
+        out.extend(entries(message))
     return out
+
+
+def entry_ends(history: list[Message], system_prompt: str = "") -> list[int]:
+    """For each message of ``history``, the length of the transcript up to and including it.
+    These (and the system prompt's end) are the tool-safe places to cut: a message's
+    entries are an assistant turn with its tool results, never split."""
+    count = 1 if system_prompt else 0
+    ends = []
+    for message in history:
+        count += len(entries(message))
+        ends.append(count)
+    return ends

@@ -81,6 +81,8 @@ class Message(models.Model):
     model = models.CharField(max_length=200, blank=True, default="")
     tokens = models.JSONField(default=dict, blank=True)
     structured = models.JSONField(null=True, blank=True)
+    # Replaced by a regenerate (replace_original): kept, but left out of branch listings.
+    hidden = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["id"]

@@ -69,6 +69,17 @@ def active_path(session: Session, leaf_id: str | None = None) -> list[Message]:
     return messages_with_parts(path_ids(leaf_id if leaf_id is not None else session.head_id))
 
 
+def message_tree(session: Session) -> list[dict[str, Any]]:
+    """Every message of the session, without parts: what a branch switcher needs (one query)."""
+    rows = Message.objects.filter(session=session).order_by("id")
+    return [
+        {"id": mid, "parent_id": parent, "role": role, "run_id": run, "hidden": hidden}
+        for mid, parent, role, run, hidden in rows.values_list(
+            "id", "parent_id", "role", "run_id", "hidden"
+        ).iterator()
+    ]
+
+
 def all_messages(session: Session) -> list[Message]:
     ids = list(Message.objects.filter(session=session).order_by("id").values_list("id", flat=True))
     return messages_with_parts(ids)
@@ -135,5 +146,36 @@ def message_data(message: Message, parts: list[Part] | None = None) -> dict[str,
         "error": message.error,
         "model": message.model,
         "tokens": message.tokens or {},
+        "hidden": message.hidden,
         "parts": [part_data(p) for p in parts],
+    }
+
+
+def lineage(session: Session, user) -> dict[str, Any]:  # noqa: ANN001
+    """The session's place among forks, as far as ``user`` may see: the chain of parents and
+    the sessions forked from it (the caller's own only)."""
+
+    def brief(s: Session) -> dict[str, Any]:
+        return {
+            "id": s.id,
+            "title": s.title,
+            "forked_from_session_id": s.forked_from_session_id,
+            "forked_from_message_id": s.forked_from_message_id,
+            "created_at": _iso(s.created_at),
+        }
+
+    ancestors = []
+    current, seen = session, {session.id}
+    while current.forked_from_session_id and current.forked_from_session_id not in seen:
+        parent = Session.objects.filter(id=current.forked_from_session_id, owner_id=user.pk).first()
+        if parent is None:
+            break
+        ancestors.append(brief(parent))
+        seen.add(parent.id)
+        current = parent
+    forks = Session.objects.filter(forked_from_session=session, owner_id=user.pk).order_by("id")
+    return {
+        "session": brief(session),
+        "ancestors": list(reversed(ancestors)),
+        "forks": [brief(s) for s in forks],
     }

@@ -35,6 +35,7 @@ class SnapshotError(RuntimeError):
 class Snapshots:
     git_dir: Path
     worktree: Path
+    objects: Path | None = None  # a shared object store (``git_dir/objects`` links to it)
 
     def _env(self, index: str | None = None) -> dict[str, str]:
         env = {
@@ -69,7 +70,14 @@ class Snapshots:
         self.worktree.mkdir(parents=True, exist_ok=True)
         if (self.git_dir / "HEAD").exists():
             return
-        self.git_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.git_dir.mkdir(parents=True, exist_ok=True)
+        if self.objects is not None and not (self.git_dir / "objects").exists():
+            # One content-addressed store for every session: a fork's trees are already
+            # there, so forking files costs nothing per object (objects are immutable).
+            self.objects.mkdir(parents=True, exist_ok=True)
+            (self.git_dir / "objects").symlink_to(
+                os.path.relpath(self.objects, self.git_dir), target_is_directory=True
+            )
         self._git("init", "--quiet")
         for key, value in [
             ("core.bare", "false"),
@@ -151,6 +159,27 @@ class Snapshots:
         if current == tree:
             return
         self.checkout(tree, self.patch(current, tree))
+
+    def materialize(self, tree: str) -> None:
+        """Fill an empty worktree with ``tree`` (a fork's files): the index is read from the
+        tree and git writes the files, so the next ``track`` finds nothing to hash."""
+        self.ensure()
+        self._git("read-tree", tree)
+        self._git("checkout-index", "--all", "--force")
+        (self.git_dir / "last-tree").write_text(tree)
+
+    def adopt_objects_of(self, other: Snapshots) -> None:
+        """A session made before the shared store kept its objects in its own git dir: make
+        them visible to the store, so a fork of it can read its trees."""
+        own = other.git_dir / "objects"
+        if self.objects is None or not own.is_dir() or own.is_symlink():
+            return
+        alternates = self.objects / "info" / "alternates"
+        alternates.parent.mkdir(parents=True, exist_ok=True)
+        known = alternates.read_text().split() if alternates.exists() else []
+        if str(own.resolve()) not in known:
+            with alternates.open("a") as fh:
+                fh.write(f"{own.resolve()}\n")
 
     # -- building blocks of revert -------------------------------------------------------------
     def exists_in(self, tree: str, files: list[str]) -> set[str]:
@@ -372,5 +401,12 @@ def summary_of(diff: list[dict]) -> dict[str, int]:
     }
 
 
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
 def for_session(session) -> Snapshots:  # noqa: ANN001 - a sessions_app.models.Session
-    return Snapshots(git_dir=session.snapshot_dir, worktree=session.worktree)
+    return Snapshots(
+        git_dir=session.snapshot_dir,
+        worktree=session.worktree,
+        objects=Path(settings.WORKSPACE_ROOT) / ".snapshots" / "objects",
+    )

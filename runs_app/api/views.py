@@ -16,11 +16,12 @@ from rest_framework.response import Response
 
 from sessions_app import events
 from sessions_app.errors import InvalidInput
-from sessions_app.selectors import active_path, session_data, session_for_user
+from sessions_app.selectors import session_data, session_for_user
 
 from ..executor import enqueue
 from ..models import Run
-from ..selectors import run_data, run_for_user
+from ..selectors import checkpoint_timeline, run_data, run_for_user
+from ..services import branching
 from ..services import runs as run_services
 from ..transcript import model_messages
 
@@ -34,12 +35,36 @@ class RunIn(serializers.Serializer):
     checkpoint = serializers.CharField(required=False, allow_blank=True, default="")
 
 
-def _run_args(request: Request) -> dict:
+class ContinueIn(serializers.Serializer):
+    continue_from = serializers.JSONField(required=False, default="end")
+    input = serializers.JSONField(required=False, default=None)
+    fork = serializers.JSONField(required=False, default=False)
+    multitask_strategy = serializers.CharField(required=False, default="reject")
+    wait = serializers.BooleanField(required=False, default=False)
+
+
+class RegenerateIn(serializers.Serializer):
+    replace_original = serializers.JSONField(required=False, default=True)
+    multitask_strategy = serializers.CharField(required=False, default="reject")
+    wait = serializers.BooleanField(required=False, default=False)
+
+
+def _args(request: Request, serializer: type[serializers.Serializer] = RunIn) -> dict:
     if not isinstance(request.data, dict):
         raise InvalidInput("The body must be a JSON object.")
-    data = RunIn(data=request.data)
+    data = serializer(data=request.data)
     data.is_valid(raise_exception=True)
     return dict(data.validated_data)
+
+
+def _run_args(request: Request) -> dict:
+    return _args(request, RunIn)
+
+
+def _answer(run: Run, wait: bool) -> Response:
+    if wait:
+        return Response(run_data(run_services.wait_for_run(run)), status=status.HTTP_200_OK)
+    return Response(run_data(run), status=status.HTTP_202_ACCEPTED)
 
 
 @extend_schema(request=RunIn, responses={200: dict, 202: dict})
@@ -47,14 +72,14 @@ def _run_args(request: Request) -> dict:
 def session_runs(request: Request, session_id: str) -> Response:
     session = session_for_user(request.user, session_id)
     if request.method == "GET":
-        return Response([run_data(r) for r in Run.objects.filter(session=session).order_by("id")])
+        runs = Run.objects.filter(session=session).order_by("id")
+        if request.query_params.get("all") not in ("1", "true"):
+            runs = runs.filter(replaced_by__isnull=True)  # regenerate replace_original
+        return Response([run_data(r) for r in runs])
     args = _run_args(request)
     wait = args.pop("wait")
     run = run_services.start_run(session=session, user=request.user, **args)
-    if wait:
-        run = run_services.wait_for_run(run)
-        return Response(run_data(run), status=status.HTTP_200_OK)
-    return Response(run_data(run), status=status.HTTP_202_ACCEPTED)
+    return _answer(run, wait)
 
 
 def _sse(event: str, data: str) -> bytes:
@@ -123,15 +148,27 @@ def run_detail(request: Request, run_id: str) -> Response:
 @extend_schema(responses={200: dict})
 @api_view(["GET"])
 def run_messages(request: Request, run_id: str) -> Response:
+    """The run's transcript: what ``continue_from`` K counts."""
     run = run_for_user(request.user, run_id)
-    from sessions_app.models import Message
+    return Response(model_messages(branching.run_path(run), run.session.system_prompt))
 
-    last = Message.objects.filter(run_id=run.id).order_by("-id").values_list("id", flat=True)
-    leaf = last.first()
-    if leaf is None:
-        return Response([])
-    history = active_path(run.session, leaf_id=leaf)
-    return Response(model_messages(history, run.session.system_prompt))
+
+@extend_schema(request=ContinueIn, responses={200: dict, 202: dict})
+@api_view(["POST"])
+def run_continue(request: Request, run_id: str) -> Response:
+    run = run_for_user(request.user, run_id)
+    args = _args(request, ContinueIn)
+    wait = args.pop("wait")
+    return _answer(branching.continue_run(run=run, user=request.user, **args), wait)
+
+
+@extend_schema(request=RegenerateIn, responses={200: dict, 202: dict})
+@api_view(["POST"])
+def run_regenerate(request: Request, run_id: str) -> Response:
+    run = run_for_user(request.user, run_id)
+    args = _args(request, RegenerateIn)
+    wait = args.pop("wait")
+    return _answer(branching.regenerate_run(run=run, user=request.user, **args), wait)
 
 
 @extend_schema(request=None, responses={202: dict})
@@ -151,3 +188,9 @@ def session_abort(request: Request, session_id: str) -> Response:
         {"session": session_data(session), "run": run_data(run) if run else None},
         status=status.HTTP_200_OK,
     )
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+def session_checkpoints(request: Request, session_id: str) -> Response:
+    return Response(checkpoint_timeline(session_for_user(request.user, session_id)))

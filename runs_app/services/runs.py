@@ -39,15 +39,20 @@ def check_run_input(
         return []
     if not messages:
         raise InvalidInput("messages is required in prompt mode.")
-    if not isinstance(messages, list):
-        raise InvalidInput("messages must be a list of {role, content} objects.")
+    return check_messages(messages)
+
+
+def check_messages(messages: Any, *, field: str = "messages") -> list[dict[str, str]]:
+    if not isinstance(messages, list) or not messages:
+        raise InvalidInput(f"{field} must be a list of {{role, content}} objects.")
+    each = "each message" if field == "messages" else f"each entry of {field}"
     normalised = []
     for item in messages:
         if not isinstance(item, dict) or item.get("role", "user") != "user":
-            raise InvalidInput("each message must be an object with role 'user'.")
+            raise InvalidInput(f"{each} must be an object with role 'user'.")
         content = item.get("content")
         if not isinstance(content, str) or not content.strip():
-            raise InvalidInput("each message needs a non-empty string content.")
+            raise InvalidInput(f"{each} needs a non-empty string content.")
         normalised.append({"role": "user", "content": content})
     return normalised
 
@@ -88,26 +93,34 @@ def start_run(
             max_steps=settings.AGENT_MAX_STEPS,
             created_by=user if getattr(user, "is_authenticated", False) else None,
         )
-        busy = lock.is_busy(locked)
-        if busy and multitask_strategy == "reject":
+        return admit(locked, run, defer_enqueue=defer_enqueue)
+
+
+def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
+    """Inside the transaction that holds the session row: save ``run`` and take the busy
+    lock for it, or queue it behind the holder (``enqueue``/``interrupt``/``rollback``), or
+    refuse (``reject``, 409, and nothing is saved)."""
+    strategy = run.multitask_strategy
+    busy = lock.is_busy(locked) and locked.busy_run_id != run.id
+    if busy and strategy == "reject":
+        raise SessionBusyError()
+    if busy and strategy in ("interrupt", "rollback"):
+        run.interrupted_run_id = locked.busy_run_id
+    run.save()
+    if busy:
+        if run.interrupted_run_id:
+            # The holder stops at its next check and hands the session to the oldest
+            # queued run; with "rollback" that run first moves the head back (engine).
+            Run.objects.filter(id=run.interrupted_run_id).update(abort_requested=True)
+            stopped = run.interrupted_run_id
+            transaction.on_commit(lambda: abort_bus.notify(stopped))
+    else:
+        if not lock.claim(locked.id, run.id):
             raise SessionBusyError()
-        if busy and multitask_strategy in ("interrupt", "rollback"):
-            run.interrupted_run_id = locked.busy_run_id
-        run.save()
-        if busy:
-            if run.interrupted_run_id:
-                # The holder stops at its next check and hands the session to the oldest
-                # queued run; with "rollback" that run first moves the head back (engine).
-                Run.objects.filter(id=run.interrupted_run_id).update(abort_requested=True)
-                stopped = run.interrupted_run_id
-                transaction.on_commit(lambda: abort_bus.notify(stopped))
-        else:
-            if not lock.claim(locked.id, run.id):
-                raise SessionBusyError()
-            if not defer_enqueue:
-                enqueue_on_commit(run.id)
-            events.publish_on_commit(locked.id, events.SESSION_STATUS, status="busy", run_id=run.id)
-        events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
+        if not defer_enqueue:
+            enqueue_on_commit(run.id)
+        events.publish_on_commit(locked.id, events.SESSION_STATUS, status="busy", run_id=run.id)
+    events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
     return run
 
 

@@ -26,3 +26,8 @@ class RevertIn(serializers.Serializer):
 
 class RollbackIn(serializers.Serializer):
     num_turns = serializers.JSONField(required=False, allow_null=True, default=None)
+
+
+class ForkIn(serializers.Serializer):
+    message_id = serializers.CharField(max_length=40, required=False, allow_null=True, default=None)
+    title = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")

@@ -16,17 +16,20 @@ from ..errors import InvalidInput
 from ..selectors import (
     active_path,
     all_messages,
+    lineage,
     message_data,
+    message_tree,
     session_data,
     session_for_user,
     sessions_for_user,
 )
+from ..services import fork as fork_services
 from ..services import revert as revert_services
 from ..services import rollback as rollback_services
 from ..services import sessions as session_services
 from ..tools_paths import resolve_inside
 from .errors import error_body
-from .serializers import HeadIn, RevertIn, RollbackIn, SessionIn, TokenIn
+from .serializers import ForkIn, HeadIn, RevertIn, RollbackIn, SessionIn, TokenIn
 
 
 @extend_schema(request=TokenIn, responses={200: dict})
@@ -157,3 +160,28 @@ def session_rollback(request: Request, session_id: str) -> Response:
         session=session, num_turns=data.validated_data["num_turns"], user=request.user
     )
     return Response(session_data(session))
+
+
+@extend_schema(request=ForkIn, responses={201: dict})
+@api_view(["POST"])
+def session_fork(request: Request, session_id: str) -> Response:
+    source = session_for_user(request.user, session_id)
+    if not isinstance(request.data, dict):
+        raise InvalidInput("The body must be a JSON object.")
+    data = ForkIn(data=request.data)
+    data.is_valid(raise_exception=True)
+    fork = fork_services.fork_session(source=source, user=request.user, **data.validated_data)
+    return Response(session_data(fork), status=status.HTTP_201_CREATED)
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+def session_lineage(request: Request, session_id: str) -> Response:
+    return Response(lineage(session_for_user(request.user, session_id), request.user))
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+def session_tree(request: Request, session_id: str) -> Response:
+    """Every message's id, parent, role, run and hidden flag: the shape of the tree."""
+    return Response(message_tree(session_for_user(request.user, session_id)))

@@ -1,0 +1,221 @@
+"""Continue and regenerate (SEMANTICS 5.1–5.4, 5.6): a run goes on from a point of its
+transcript, on a branch of the conversation tree that starts there.
+
+The request only decides *where*: the cut K (snapped to a tool-safe index), the message the
+branch hangs from, and the files as they were there. The loop applies it when it starts
+(``AgentLoop.start_branch``), under the session's busy lock, so a queued continuation never
+moves the head or the files under a running run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from sessions_app import events
+from sessions_app.errors import ConflictError, InvalidInput
+from sessions_app.models import Message, Part, Session
+from sessions_app.selectors import active_path
+
+from ..models import Run
+from ..selectors import run_data
+from ..transcript import entry_ends
+from .runs import STRATEGIES, admit, check_messages
+
+IN_PLACE = {Run.Status.CANCELLED, Run.Status.PAUSED, Run.Status.ERROR}
+
+
+@dataclass(frozen=True)
+class Cut:
+    keep: int  # messages of the path kept
+    index: int  # the snapped K: transcript entries kept
+
+
+def run_path(run: Run) -> list[Message]:
+    """The run's conversation: root → the run's newest message (its transcript's messages)."""
+    leaf = Message.objects.filter(run_id=run.id).order_by("-id").values_list("id", flat=True)
+    leaf_id = leaf.first()
+    if leaf_id is None and run.branch:
+        leaf_id = run.branch.get("parent_message_id")  # a branch that added nothing yet
+    return active_path(run.session, leaf_id=leaf_id) if leaf_id else []
+
+
+def snap(ends: list[int], k: int, *, system: bool) -> Cut:
+    """Rule 5.2: the largest tool-safe index ≤ K, and how many messages that keeps. A cut
+    inside a message's entries (between a tool call and its results) moves to the message's
+    start; applying it twice changes nothing."""
+    cut = Cut(0, 1 if system and k >= 1 else 0)
+    for i, end in enumerate(ends):
+        if end > k:
+            break
+        if end > cut.index:
+            cut = Cut(i + 1, end)
+    return cut
+
+
+def resolve_cut(path: list[Message], continue_from: Any, *, system_prompt: str) -> Cut:
+    ends = entry_ends(path, system_prompt)
+    total = ends[-1] if ends else (1 if system_prompt else 0)
+    if continue_from == "end":
+        return Cut(len(path), total)
+    if continue_from == "last_user":
+        last = max((i for i, m in enumerate(path) if m.role == Message.Role.USER), default=None)
+        if last is None:
+            return Cut(0, 1 if system_prompt else 0)
+        return Cut(last + 1, ends[last])
+    if isinstance(continue_from, bool) or not isinstance(continue_from, int):
+        raise InvalidInput("continue_from must be 'end', 'last_user' or a message index K ≥ 0.")
+    if continue_from < 0:
+        raise InvalidInput("continue_from must be 'end', 'last_user' or a message index K ≥ 0.")
+    if continue_from >= total:
+        return Cut(len(path), total)  # the whole transcript: the same as "end"
+    return snap(ends, continue_from, system=bool(system_prompt))
+
+
+def files_at(path: list[Message], keep: int) -> str | None:
+    """The worktree's tree after the first ``keep`` messages of ``path``: what the last step
+    before the cut left, else what the first step after it found; None when no step ran."""
+    for message in reversed(path[:keep]):
+        for part in reversed(message.loaded_parts):
+            if part.type == Part.Type.STEP_FINISH and part.data.get("snapshot"):
+                return part.data["snapshot"]
+    for message in path[keep:]:
+        for part in message.loaded_parts:
+            if part.type == Part.Type.STEP_START and part.data.get("snapshot"):
+                return part.data["snapshot"]
+    return None
+
+
+def _input(value: Any) -> list[dict[str, str]]:
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        value = [{"role": "user", "content": value}]
+    return check_messages(value, field="input")
+
+
+def _check_common(run: Run, multitask_strategy: Any) -> None:
+    if multitask_strategy not in STRATEGIES:
+        raise InvalidInput(f"multitask_strategy must be one of {', '.join(STRATEGIES)}.")
+    if run.session.revert:
+        raise ConflictError("A revert is pending: unrevert or confirm it first.")
+
+
+def continue_run(
+    *,
+    run: Run,
+    user,  # noqa: ANN001
+    continue_from: Any = "end",
+    input: Any = None,
+    fork: Any = False,
+    multitask_strategy: str = "reject",
+) -> Run:
+    """Rules 5.1–5.4. A ``completed`` run (or any run with ``fork``) gets a new sibling run
+    in the same session; a ``cancelled``, ``paused`` or ``error`` run continues in place."""
+    if not isinstance(fork, bool):
+        raise InvalidInput("fork must be true or false.")
+    messages = _input(input)
+    _check_common(run, multitask_strategy)
+    path = run_path(run)
+    if not path:
+        raise ConflictError(f"Run {run.id} has no transcript to continue from.")
+    cut = resolve_cut(path, continue_from, system_prompt=run.session.system_prompt)
+    in_place = not fork and run.status in IN_PLACE
+    if not fork and not in_place and run.status != Run.Status.COMPLETED:
+        raise ConflictError(
+            f"Run {run.id} is still {run.status}: cancel it first, or pass fork: true."
+        )
+    branch = {
+        "parent_message_id": path[cut.keep - 1].id if cut.keep else None,
+        "continue_from": continue_from,
+        "index": cut.index,
+        "input": messages,
+        "files": files_at(path, cut.keep),
+        "source_run_id": run.id,
+        "applied": False,
+    }
+    if in_place:
+        return _restart(run, user, branch, multitask_strategy)
+    return _fork(run, user, branch, cut, Run.Mode.CONTINUE, multitask_strategy)
+
+
+def regenerate_run(
+    *,
+    run: Run,
+    user,  # noqa: ANN001
+    replace_original: Any = True,
+    multitask_strategy: str = "reject",
+) -> Run:
+    """Rule 5.6: drop the run's trailing assistant messages that called no tools and answer
+    again from there, as a new sibling run. Tool results before the cut are kept, so no tool
+    runs again."""
+    if not isinstance(replace_original, bool):
+        raise InvalidInput("replace_original must be true or false.")
+    _check_common(run, multitask_strategy)
+    if not run.is_terminal:
+        raise ConflictError(f"Run {run.id} is still {run.status}: wait for it or cancel it.")
+    path = run_path(run)
+    if not path:
+        raise ConflictError(f"Run {run.id} has no answer to regenerate.")
+    keep = len(path)
+    while (
+        keep
+        and path[keep - 1].role == Message.Role.ASSISTANT
+        and path[keep - 1].run_id == run.id
+        and not any(p.type == Part.Type.TOOL for p in path[keep - 1].loaded_parts)
+    ):
+        keep -= 1
+    ends = entry_ends(path, run.session.system_prompt)
+    cut = Cut(keep, ends[keep - 1] if keep else (1 if run.session.system_prompt else 0))
+    dropped = [m.id for m in path[keep:]]
+    branch = {
+        "parent_message_id": path[keep - 1].id if keep else None,
+        "continue_from": cut.index,
+        "index": cut.index,
+        "input": [],
+        "files": files_at(path, keep),
+        "source_run_id": run.id,
+        "hide": dropped if replace_original else [],
+        "replaces": run.id if replace_original else None,
+        "applied": False,
+    }
+    return _fork(run, user, branch, cut, Run.Mode.REGENERATE, multitask_strategy)
+
+
+def _fork(run: Run, user, branch: dict, cut: Cut, mode: str, strategy: str) -> Run:  # noqa: ANN001
+    with transaction.atomic():
+        locked = Session.objects.select_for_update().get(id=run.session_id)
+        new = Run(
+            session=locked,
+            mode=mode,
+            input=branch["input"],
+            model=run.model or locked.model,
+            checkpoint=run.checkpoint or locked.checkpoint,
+            multitask_strategy=strategy,
+            max_steps=run.max_steps,
+            forked_from_run=run,
+            forked_from_message_index=cut.index,
+            branch=branch,
+            created_by=user if getattr(user, "is_authenticated", False) else None,
+        )
+        return admit(locked, new)
+
+
+def _restart(run: Run, user, branch: dict, strategy: str) -> Run:  # noqa: ANN001
+    """In place: the same run id goes back to ``pending`` with its new branch."""
+    with transaction.atomic():
+        locked = Session.objects.select_for_update().get(id=run.session_id)
+        current = Run.objects.select_for_update().get(id=run.id)
+        if current.status not in IN_PLACE:
+            raise ConflictError(f"Run {run.id} is {current.status} now; try again.")
+        current.status = Run.Status.PENDING
+        current.branch = branch
+        current.multitask_strategy = strategy
+        current.abort_requested = False
+        current.error = None
+        current.result = None
+        current.finished_at = None
+        events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(current))
+        return admit(locked, current)
