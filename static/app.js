@@ -12,6 +12,9 @@ let session = null; // the session as the API shows it (status, revert, summary)
 let ready = false;
 const buffered = [];
 let refetchTimer = null;
+let children = new Map(); // parent id ("" for roots) -> visible child ids, oldest first
+let checkpoints = new Map(); // message id -> {run_id, index, kind, run_status}
+let continueFrom = null; // {run_id, index, message_id} while "continue from here" is armed
 
 function csrf() {
   const m = document.cookie.match(/(?:^|; )csrftoken=([^;]+)/);
@@ -90,6 +93,19 @@ function scheduleRefetch() {
   }, 250);
 }
 
+let reloadTimer = null;
+function scheduleReload() {
+  if (reloadTimer) return;
+  reloadTimer = setTimeout(async () => {
+    await loadMessages(false);
+    reloadTimer = null;
+    await loadTree();
+    render();
+    // Events that came while the path was fetched: a merge refetch catches them up.
+    if (currentStatus === "busy") scheduleRefetch();
+  }, 100);
+}
+
 async function loadMessages(merge) {
   const list = await call("GET", api("/messages/"));
   if (!merge) { messages.clear(); parts.clear(); order = []; }
@@ -101,12 +117,52 @@ async function loadMessages(merge) {
   if (!merge) order = ids;
 }
 
+async function loadTree() {
+  const [tree, timeline] = await Promise.all([
+    call("GET", api("/tree/")).catch(() => []),
+    call("GET", api("/checkpoints/")).catch(() => []),
+  ]);
+  children = new Map();
+  for (const m of tree) {
+    if (m.hidden) continue;
+    const key = m.parent_id || "";
+    if (!children.has(key)) children.set(key, []);
+    children.get(key).push(m.id);
+  }
+  checkpoints = new Map();
+  for (const c of timeline) if (!c.hidden) checkpoints.set(c.message_id, c);
+}
+
+let treeTimer = null;
+function refreshTree() {
+  clearTimeout(treeTimer);
+  treeTimer = setTimeout(async () => { await loadTree(); render(); }, 150);
+}
+
+const PATH_EVENTS = new Set([
+  "text-delta", "reasoning-delta", "message.updated", "message.part.updated",
+  "message.removed", "message.part.removed",
+]);
+
 function handle(ev) {
+  // While the path is being reloaded, its events wait for the reload (which has them).
+  if (reloadTimer && PATH_EVENTS.has(ev.type)) return;
   switch (ev.type) {
     case "text-delta":
     case "reasoning-delta":
       applyDelta(ev); break;
-    case "message.updated": upsertMessage(ev.message); break;
+    case "message.updated": {
+      const m = ev.message;
+      const tail = order.length ? order[order.length - 1] : null;
+      if (!messages.has(m.id) && (m.parent_id || null) !== tail) {
+        // A message that does not extend the path we show starts another branch (continue,
+        // regenerate): the head moved, so show the path to it.
+        scheduleReload();
+        return;
+      }
+      upsertMessage(m);
+      break;
+    }
     case "message.part.updated": upsertPart(ev.part, false); break;
     case "message.removed":
       messages.delete(ev.message_id); order = order.filter((id) => id !== ev.message_id); break;
@@ -118,13 +174,19 @@ function handle(ev) {
     }
     case "session.status": setStatus(ev.status); break;
     case "session.diff": loadFiles(); break;
-    case "session.updated":
+    case "session.updated": {
+      const moved = !session || session.head_message_id !== ev.session.head_message_id;
       session = ev.session;
       setStatus(ev.session.status);
-      if (ev.session.head_message_id && !messages.has(ev.session.head_message_id)) scheduleRefetch();
+      if (moved && !order.includes(ev.session.head_message_id)) {
+        // The head left the path we show (rollback, branch switch, continue): reload it.
+        loadMessages(false).then(() => { render(); refreshTree(); });
+      }
       break;
+    }
     case "run.updated":
       if (ev.run.status === "error" && ev.run.error) showError(ev.run.error.message);
+      if (["completed", "cancelled", "error", "paused"].includes(ev.run.status)) refreshTree();
       break;
     default: return;
   }
@@ -288,12 +350,186 @@ function render() {
     if (m.error && m.error.message) div.append(el("div", "msg-error", m.error.message));
     if (div.childNodes.length) {
       div.append(revertButton(id));
+      const actions = messageActions(m, id === lastAnswerId());
+      if (actions) div.append(actions);
       frag.append(div);
     }
   }
+  const later = laterBranch();
+  if (later) frag.append(later);
   box.replaceChildren(frag);
+  renderContinueBar();
   renderRevertBar();
   updateControls();
+}
+
+function lastAnswerId() {
+  for (let i = order.length - 1; i >= 0; i--) {
+    const m = messages.get(order[i]);
+    if (m && m.role === "assistant") return m.id;
+    if (m && m.role === "user") return null;
+  }
+  return null;
+}
+
+function button(label, title, onClick, cls = "act") {
+  const b = el("button", cls, label);
+  b.type = "button";
+  b.title = title;
+  b.setAttribute("aria-label", title);
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function messageActions(m, isLastAnswer) {
+  const bar = el("div", "actions");
+  const siblings = children.get(m.parent_id || "") || [];
+  if (siblings.length > 1) {
+    const at = siblings.indexOf(m.id);
+    const nav = el("span", "branches");
+    const prev = button("‹", "Previous branch", () => switchHead(siblings[at - 1]), "nav prev");
+    prev.disabled = at <= 0;
+    const next = button("›", "Next branch", () => switchHead(siblings[at + 1]), "nav next");
+    next.disabled = at >= siblings.length - 1;
+    nav.append(prev, el("span", "count", `${at + 1}/${siblings.length}`), next);
+    bar.append(nav);
+  }
+  const point = checkpoints.get(m.id);
+  const idle = currentStatus !== "busy";
+  if (point && idle) {
+    bar.append(button("Fork from here", "Fork the session (chat and files) at this message", () => forkAt(m.id), "act fork-here"));
+    bar.append(button("Continue from here", "Ask a new question from this point, as a new branch", () => armContinue(point, m.id), "act continue-here"));
+    if (isLastAnswer && point.run_status !== "running" && point.run_status !== "pending") {
+      bar.append(button("Regenerate", "Answer again from here (tools are not run again)", () => regenerate(point.run_id), "act regenerate"));
+    }
+  }
+  return bar.childNodes.length ? bar : null;
+}
+
+function laterBranch() {
+  // After a rollback (or a branch switch to an earlier point) the head has children:
+  // offer to go back to them.
+  const head = session ? session.head_message_id : null;
+  if (order.length && order[order.length - 1] !== head) return null;
+  const below = (children.get(head || "") || []);
+  if (!below.length) return null;
+  const box = el("div", "later");
+  box.append(el("span", "muted", `${below.length} later branch${below.length > 1 ? "es" : ""} after this point`));
+  box.append(button("Show the later turns", "Switch to the newest later branch", () => switchHead(below[below.length - 1]), "secondary restore-branch"));
+  return box;
+}
+
+async function switchHead(messageId) {
+  showError("");
+  try {
+    session = await call("POST", api("/head/"), { message_id: messageId });
+    await loadMessages(false);
+    await loadTree();
+    render();
+  } catch (err) { showError(err.message); }
+}
+
+async function forkAt(messageId) {
+  showError("");
+  try {
+    const fork = await call("POST", api("/fork/"), messageId ? { message_id: messageId } : {});
+    location.href = `/s/${fork.id}/`;
+  } catch (err) { showError(err.message); }
+}
+
+function armContinue(point, messageId) {
+  continueFrom = { run_id: point.run_id, index: point.index, message_id: messageId };
+  renderContinueBar();
+  document.getElementById("prompt").focus();
+}
+
+function renderContinueBar() {
+  const bar = document.getElementById("continue-bar");
+  bar.hidden = !continueFrom;
+  if (!continueFrom) return;
+  const m = messages.get(continueFrom.message_id);
+  const text = m ? m.partIds.map((id) => parts.get(id)).filter((p) => p.type === "text").map((p) => p.text).join("").slice(0, 60) : "";
+  bar.replaceChildren(
+    el("span", "", `Continuing from message ${continueFrom.index} ${text ? "“" + text + "”" : ""} — your message starts a new branch.`),
+    button("Cancel", "Stop continuing from that point", () => { continueFrom = null; renderContinueBar(); }, "secondary"),
+  );
+}
+
+async function regenerate(runId) {
+  showError("");
+  try {
+    await call("POST", `/api/runs/${runId}/regenerate/`, {});
+  } catch (err) { showError(err.message); }
+}
+
+async function rollback() {
+  const n = parseInt(document.getElementById("rollback-n").value, 10);
+  document.getElementById("session-menu").open = false;
+  showError("");
+  try {
+    session = await call("POST", api("/rollback/"), { num_turns: Number.isNaN(n) ? 0 : n });
+    await loadMessages(false);
+    await loadTree();
+    render();
+  } catch (err) { showError(err.message); }
+}
+
+async function loadLineage() {
+  const data = await call("GET", api("/lineage/")).catch(() => null);
+  const box = document.getElementById("lineage");
+  if (!data) return;
+  const chain = [...data.ancestors, data.session];
+  const forks = data.forks;
+  if (chain.length === 1 && !forks.length) {
+    box.replaceChildren(el("p", "muted", "Not forked yet. “Fork from here” on a message, or Fork session in the menu."));
+    return;
+  }
+  // A small picture: the chain of parents left to right, the forks of this session below it.
+  const W = 150, H = 34, GAP = 22;
+  const cols = Math.max(chain.length, 1);
+  const width = Math.max(cols * (W + GAP), forks.length ? (chain.length - 1) * (W + GAP) + W + 10 : 0);
+  const height = H + (forks.length ? forks.length * (H + 10) + GAP : 0) + 4;
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", `Lineage: ${chain.map((s) => s.title).join(" → ")}${forks.length ? `; ${forks.length} fork(s)` : ""}`);
+  const node = (s, x, y, current) => {
+    const a = document.createElementNS(ns, "a");
+    a.setAttribute("href", `/s/${s.id}/`);
+    const r = document.createElementNS(ns, "rect");
+    Object.entries({ x, y, width: W, height: H, rx: 6, class: current ? "node current" : "node" }).forEach(([k, v]) => r.setAttribute(k, v));
+    const t = document.createElementNS(ns, "text");
+    Object.entries({ x: x + 8, y: y + H / 2 + 4 }).forEach(([k, v]) => t.setAttribute(k, v));
+    t.textContent = (s.title || s.id).slice(0, 20);
+    const title = document.createElementNS(ns, "title");
+    title.textContent = s.title || s.id;
+    a.append(r, t, title);
+    svg.append(a);
+  };
+  const line = (x1, y1, x2, y2) => {
+    const l = document.createElementNS(ns, "path");
+    l.setAttribute("d", `M${x1} ${y1} C${x1 + 10} ${y1}, ${x2 - 10} ${y2}, ${x2} ${y2}`);
+    l.setAttribute("class", "edge");
+    svg.append(l);
+  };
+  chain.forEach((s, i) => {
+    const x = i * (W + GAP);
+    if (i) line(x - GAP, H / 2, x, H / 2);
+    node(s, x, 0, i === chain.length - 1);
+  });
+  const cx = (chain.length - 1) * (W + GAP);
+  forks.forEach((s, i) => {
+    const y = H + GAP + i * (H + 10);
+    const path = document.createElementNS(ns, "path");
+    path.setAttribute("d", `M${cx + 12} ${H} V${y + H / 2} H${cx + 24}`);
+    path.setAttribute("class", "edge");
+    svg.append(path);
+    const g = document.createElementNS(ns, "g");
+    svg.append(g);
+    node(s, cx + 24, y, false);
+  });
+  box.replaceChildren(svg);
 }
 
 async function loadFiles() {
@@ -328,11 +564,12 @@ function connect() {
 async function start() {
   session = await call("GET", api("/"));
   setStatus(session.status);
-  await loadMessages(false);
+  await Promise.all([loadMessages(false), loadTree()]);
   ready = true;
   for (const ev of buffered.splice(0)) handle(ev);
   render();
   loadFiles();
+  loadLineage();
 }
 
 document.getElementById("composer").addEventListener("submit", async (e) => {
@@ -342,12 +579,20 @@ document.getElementById("composer").addEventListener("submit", async (e) => {
   if (!text) return;
   showError("");
   try {
-    await call("POST", api("/runs/"), { messages: [{ role: "user", content: text }] });
+    if (continueFrom) {
+      await call("POST", `/api/runs/${continueFrom.run_id}/continue/`, { continue_from: continueFrom.index, input: text });
+      continueFrom = null;
+      renderContinueBar();
+    } else {
+      await call("POST", api("/runs/"), { messages: [{ role: "user", content: text }] });
+    }
     input.value = "";
   } catch (err) {
     showError(err.message);
   }
 });
+document.getElementById("rollback").addEventListener("click", rollback);
+document.getElementById("fork-session").addEventListener("click", () => forkAt(null));
 document.getElementById("prompt").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) document.getElementById("send").click();
 });

@@ -1,8 +1,78 @@
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+
 import pytest
 
+from tests.support.embedded_server import EmbeddedServer
+
 from .stack import Processes
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+def _no_browser(reason: str) -> None:
+    if os.environ.get("REQUIRE_BROWSER") == "1":
+        pytest.fail(f"REQUIRE_BROWSER=1 but {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _no_browser("the playwright package is not installed")
+    if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
+        _no_browser(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    tmp = Path(tempfile.mkdtemp(prefix=f"agentplat-e2e-{uuid.uuid4().hex[:6]}-"))
+    srv = EmbeddedServer(tmp)
+    srv.start()
+    yield srv
+    srv.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(20_000)
+    page = context.new_page()
+    console: list[str] = []
+    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
+    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
+    failed: list[str] = []
+    page.on(
+        "response",
+        lambda r: (
+            failed.append(f"{r.status} {r.request.method} {r.url}")
+            if r.status >= 400 and not r.url.endswith("/favicon.ico")
+            else None
+        ),
+    )
+    yield page
+    # "Failed to load resource" console lines are judged through the responses themselves.
+    errors = [
+        c
+        for c in console
+        if c.startswith(("error", "pageerror")) and "Failed to load resource" not in c
+    ]
+    context.close()
+    assert not errors, "browser console errors:\n" + "\n".join(errors)
+    assert not failed, "failed requests:\n" + "\n".join(failed)
 
 
 @pytest.fixture

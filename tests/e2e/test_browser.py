@@ -5,101 +5,17 @@ words), run tools, see the file in the Files panel."""
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.support.embedded_server import EmbeddedServer
+from .ui import LAST_ASSISTANT_TEXT, login, send, wait_idle
 
 pytestmark = pytest.mark.timeout(180)
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 SCREENSHOT = Path(os.environ.get("CHAT_SCREENSHOT", "/tmp/chat.png"))
 WORDS = 60
 PACE_MS = 60
-
-
-def _no_browser(reason: str) -> None:
-    if os.environ.get("REQUIRE_BROWSER") == "1":
-        pytest.fail(f"REQUIRE_BROWSER=1 but {reason}")
-    pytest.skip(reason)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _no_browser("the playwright package is not installed")
-    if not (os.path.exists(CHROMIUM) or shutil.which("chromium")):
-        _no_browser(f"Chromium is not installed at {CHROMIUM} (apt-get install chromium)")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture(scope="module")
-def server():
-    tmp = Path(tempfile.mkdtemp(prefix=f"agentplat-e2e-{uuid.uuid4().hex[:6]}-"))
-    srv = EmbeddedServer(tmp)
-    srv.start()
-    yield srv
-    srv.stop()
-    shutil.rmtree(tmp, ignore_errors=True)
-
-
-@pytest.fixture
-def page(browser, server):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(20_000)
-    page = context.new_page()
-    console: list[str] = []
-    page.on("console", lambda m: console.append(f"{m.type}: {m.text}"))
-    page.on("pageerror", lambda e: console.append(f"pageerror: {e}"))
-    failed: list[str] = []
-    page.on(
-        "response",
-        lambda r: (
-            failed.append(f"{r.status} {r.request.method} {r.url}")
-            if r.status >= 400 and not r.url.endswith("/favicon.ico")
-            else None
-        ),
-    )
-    yield page
-    # "Failed to load resource" console lines are judged through the responses themselves.
-    errors = [
-        c
-        for c in console
-        if c.startswith(("error", "pageerror")) and "Failed to load resource" not in c
-    ]
-    context.close()
-    assert not errors, "browser console errors:\n" + "\n".join(errors)
-    assert not failed, "failed requests:\n" + "\n".join(failed)
-
-
-LAST_ASSISTANT_TEXT = """() => {
-  const all = document.querySelectorAll('#messages .msg.assistant');
-  const last = all[all.length - 1];
-  const t = last && last.querySelector('.text');
-  return t ? t.textContent : null;
-}"""
-
-
-def _send(page, text: str) -> None:
-    page.fill("#prompt", text)
-    page.click("#send")
-    page.wait_for_function("() => document.getElementById('prompt').value === ''")
-
-
-def _wait_idle(page, timeout: float = 30_000) -> None:
-    page.wait_for_function(
-        "() => document.getElementById('status').textContent.trim() === 'idle'", timeout=timeout
-    )
 
 
 def test_a_new_user_chats_reloads_mid_stream_and_uses_tools(page, server):
@@ -128,18 +44,18 @@ def _flow(page, server) -> None:
     page.get_by_role("button", name="New session").click()
     page.wait_for_url("**/s/*/")
     page.wait_for_selector("#status")
-    _wait_idle(page)
+    wait_idle(page)
 
     # -- first message --------------------------------------------------------------------------
-    _send(page, "say hello world")
+    send(page, "say hello world")
     page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'hello world'")
-    _wait_idle(page)
+    wait_idle(page)
     assert page.locator("#messages .msg.user .text").first.inner_text() == "say hello world"
 
     # -- a long paced answer, reloaded mid-stream ------------------------------------------
     words = [f"w{i}" for i in range(1, WORDS + 1)]
     expected = " ".join(words)
-    _send(page, f"pace {PACE_MS}\nsay {expected}")
+    send(page, f"pace {PACE_MS}\nsay {expected}")
     handle = page.wait_for_function(
         """(n) => {
           const all = document.querySelectorAll('#messages .msg.assistant');
@@ -173,7 +89,7 @@ def _flow(page, server) -> None:
         }""",
         message_id,
     )
-    _wait_idle(page)
+    wait_idle(page)
     page.wait_for_function(
         '([id, text]) => document.querySelector(`[data-message-id="${id}"] .text`)'
         "?.textContent === text",
@@ -191,8 +107,8 @@ def _flow(page, server) -> None:
     assert page.locator(f'[data-message-id="{message_id}"] .text').count() == 1
 
     # -- tools ----------------------------------------------------------------------------------
-    _send(page, "write notes/a.txt first line\nread notes/a.txt")
-    _wait_idle(page)
+    send(page, "write notes/a.txt first line\nread notes/a.txt")
+    wait_idle(page)
     page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'done'")
     tools = page.locator("#messages .tool")
     assert tools.count() == 2
@@ -226,22 +142,17 @@ def _files_on_disk(server, session_id: str) -> dict[str, str]:
 
 
 def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
-    page.goto(f"{server.url}/")
-    if "/login/" in page.url:
-        page.fill("input[name=username]", "demo")
-        page.fill("input[name=password]", "demo-password")
-        page.click("button[type=submit]")
-        page.wait_for_url(f"{server.url}/")
+    login(page, server)
     page.get_by_role("button", name="New session").click()
     page.wait_for_url("**/s/*/")
     session_id = page.url.rstrip("/").rsplit("/", 1)[-1]
-    _wait_idle(page)
+    wait_idle(page)
     for i, name in enumerate(["a", "b", "c"], start=1):
-        _send(page, f"write {name}.txt {name} content")
+        send(page, f"write {name}.txt {name} content")
         page.wait_for_function(
             f"() => document.querySelectorAll('.tool .state.completed').length === {i}"
         )
-        _wait_idle(page)
+        wait_idle(page)
     page.wait_for_function("() => document.body.innerText.split('done').length > 3")
     assert _files_on_disk(server, session_id) == {
         "a.txt": "a content",
@@ -267,9 +178,9 @@ def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
     second.hover()
     second.locator("> button.revert-here").click()
     page.wait_for_selector("#revert-bar:not([hidden])")
-    _send(page, "say confirmed")
+    send(page, "say confirmed")
     page.wait_for_function("() => document.body.innerText.includes('confirmed')")
-    _wait_idle(page)
+    wait_idle(page)
     page.wait_for_function("() => document.querySelectorAll('#messages .msg.user').length === 2")
     assert page.locator("#revert-bar").is_hidden()
     users = page.locator("#messages .msg.user .text").all_inner_texts()

@@ -1,0 +1,151 @@
+"""History moves in the browser, as a new user tries them (issue 5, "done when"): roll back
+two turns and switch back; continue an old answer with a new question and see it as a
+branch; regenerate; fork the session at an earlier message and find the files there as they
+were at that point."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
+
+pytestmark = pytest.mark.timeout(240)
+
+SHOTS = Path(os.environ.get("CHAT_SCREENSHOT", "/tmp/chat.png")).parent
+
+USER_TEXTS = (
+    "() => [...document.querySelectorAll('#messages .msg.user .text')].map(e => e.textContent)"
+)
+
+
+def users(page) -> list[str]:
+    return page.evaluate(USER_TEXTS)
+
+
+def wait_users(page, expected: list[str]) -> None:
+    page.wait_for_function(
+        f"(want) => JSON.stringify(({USER_TEXTS})()) === JSON.stringify(want)", arg=expected
+    )
+
+
+def files_on_disk(server, session_id: str) -> dict[str, str]:
+    root = server.tmp / "workspaces" / session_id
+    return {
+        p.relative_to(root).as_posix(): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
+
+
+def answer(page, n: int):
+    return page.locator("#messages .msg.assistant").nth(n)
+
+
+def test_rollback_continue_regenerate_and_fork_in_the_browser(page, server):
+    try:
+        _flow(page, server)
+    except Exception:
+        print(server.logs())
+        try:
+            page.screenshot(path=str(SHOTS / "branches-failure.png"), full_page=True)
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            pass
+        raise
+
+
+def _flow(page, server) -> None:
+    login(page, server)
+    sid = new_session(page)
+    turns = [
+        "write a.txt one\nsay first",
+        "write a.txt two\nsay second",
+        "write a.txt three\nsay third",
+    ]
+    for i, text in enumerate(turns):
+        send(page, text)
+        page.wait_for_function(
+            f"() => ({LAST_ASSISTANT_TEXT})() === {['first', 'second', 'third'][i]!r}"
+        )
+        wait_idle(page)
+    assert files_on_disk(server, sid) == {"a.txt": "three"}
+
+    # -- roll back two turns from the session menu, then switch back ---------------------------
+    page.click("#session-menu summary")
+    page.fill("#rollback-n", "2")
+    page.click("#rollback")
+    wait_users(page, [turns[0]])
+    assert files_on_disk(server, sid) == {"a.txt": "three"}, "a rollback leaves the files"
+    page.get_by_role("button", name="Switch to the newest later branch").click()
+    wait_users(page, turns)
+
+    # -- continue the first answer with a new question: a branch -------------------------------
+    first_answer = page.locator("#messages .msg.assistant", has_text="first").last
+    first_answer.hover()
+    first_answer.get_by_role(
+        "button", name="Ask a new question from this point, as a new branch"
+    ).click()
+    page.wait_for_selector("#continue-bar:not([hidden])")
+    send(page, "append a.txt more\nsay branched")
+    wait_users(page, [turns[0], "append a.txt more\nsay branched"])
+    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'branched'")
+    wait_idle(page)
+    # The files follow the branch: as they were after the first turn, then the new append.
+    assert files_on_disk(server, sid) == {"a.txt": "onemore\n"}
+    second_user = page.locator("#messages .msg.user").nth(1)
+    page.wait_for_function(
+        "() => document.querySelectorAll('#messages .msg.user')[1]"
+        "?.querySelector('.branches .count')?.textContent === '2/2'"
+    )
+    page.screenshot(path=str(SHOTS / "branches.png"), full_page=True)
+    second_user.get_by_role("button", name="Previous branch").click()
+    wait_users(page, turns)
+    assert (
+        page.locator("#messages .msg.user").nth(1).locator(".branches .count").inner_text() == "1/2"
+    )
+    page.locator("#messages .msg.user").nth(1).get_by_role("button", name="Next branch").click()
+    wait_users(page, [turns[0], "append a.txt more\nsay branched"])
+
+    # -- regenerate the last answer: tools do not run again ------------------------------------
+    last = page.locator("#messages .msg.assistant").last
+    last.hover()
+    before_id = last.get_attribute("data-message-id")
+    last.get_by_role("button", name="Answer again from here (tools are not run again)").click()
+    page.wait_for_function(
+        "(old) => { const all = document.querySelectorAll('#messages .msg.assistant');"
+        " const l = all[all.length - 1]; return l && l.dataset.messageId !== old"
+        " && l.querySelector('.text')?.textContent === 'branched'; }",
+        arg=before_id,
+    )
+    wait_idle(page)
+    assert files_on_disk(server, sid) == {"a.txt": "onemore\n"}, "the append did not run again"
+    # The original answer is replaced (hidden from the history), not shown beside the new one.
+    page.wait_for_function(
+        "(old) => !document.querySelector(`[data-message-id=\"${old}\"]`)", arg=before_id
+    )
+    assert page.locator("#messages .msg.assistant .text", has_text="branched").count() == 1
+
+    # -- fork the session at the first answer: its files as they were there --------------------
+    first_answer = page.locator("#messages .msg.assistant", has_text="first").last
+    first_answer.hover()
+    first_answer.get_by_role(
+        "button", name="Fork the session (chat and files) at this message"
+    ).click()
+    page.wait_for_url(lambda url: f"/s/{sid}/" not in url and "/s/" in url)
+    fork_id = page.url.rstrip("/").rsplit("/", 1)[-1]
+    wait_idle(page)
+    wait_users(page, [turns[0]])
+    assert files_on_disk(server, fork_id) == {"a.txt": "one"}
+    entry = page.locator("#files li", has_text="a.txt")
+    entry.wait_for()
+    entry.click()
+    page.wait_for_function("() => document.getElementById('file-view').textContent === 'one'")
+    # The lineage picture shows where it came from.
+    page.wait_for_selector("#lineage svg")
+    assert "Lineage:" in page.locator("#lineage svg").get_attribute("aria-label")
+    assert page.locator(f'#lineage a[href="/s/{sid}/"]').count() == 1
+    page.screenshot(path=str(SHOTS / "fork.png"), full_page=True)
+    # The source is unchanged.
+    assert files_on_disk(server, sid) == {"a.txt": "onemore\n"}

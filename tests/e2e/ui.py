@@ -1,0 +1,38 @@
+"""What the browser tests share: helpers that drive the chat UI like a user."""
+
+from __future__ import annotations
+
+LAST_ASSISTANT_TEXT = """() => {
+  const all = document.querySelectorAll('#messages .msg.assistant');
+  const last = all[all.length - 1];
+  const t = last && last.querySelector('.text');
+  return t ? t.textContent : null;
+}"""
+
+
+def send(page, text: str) -> None:
+    page.fill("#prompt", text)
+    page.click("#send")
+    page.wait_for_function("() => document.getElementById('prompt').value === ''")
+
+
+def wait_idle(page, timeout: float = 30_000) -> None:
+    page.wait_for_function(
+        "() => document.getElementById('status').textContent.trim() === 'idle'", timeout=timeout
+    )
+
+
+def login(page, server, username: str = "demo", password: str = "demo-password") -> None:
+    page.goto(f"{server.url}/")
+    if "/login/" in page.url:
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", password)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{server.url}/")
+
+
+def new_session(page) -> str:
+    page.get_by_role("button", name="New session").click()
+    page.wait_for_url("**/s/*/")
+    wait_idle(page)
+    return page.url.rstrip("/").rsplit("/", 1)[-1]
