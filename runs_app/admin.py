@@ -2,8 +2,10 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 
-from sessions_app.admin import OwnedAdmin, SessionAdmin
+from sessions_app.admin import OwnedAdmin, SessionAdmin, admin_link
 from sessions_app.models import Session
 
 from .models import Run
@@ -13,10 +15,33 @@ from .services.runs import abort_session, start_run
 @admin.register(Run)
 class RunAdmin(OwnedAdmin):
     owner_path = "session__owner"
-    list_display = ("id", "session", "mode", "status", "created_at", "finished_at")
+    list_display = ("id", "session", "mode", "status", "lineage", "created_at", "finished_at")
     list_filter = ("status", "mode")
-    search_fields = ("id", "session__id")
+    search_fields = ("id", "session__id", "forked_from_run__id")
     list_select_related = ("session",)
+
+    @admin.display(description="lineage")
+    def lineage(self, obj: Run) -> str:
+        """Where the run came from: the run it forked (and the K), the session it was copied
+        from, the run that replaced it."""
+        bits = []
+        if obj.forked_from_run_id:
+            source = Run(id=obj.forked_from_run_id)
+            bits.append(
+                format_html(
+                    "forked from {} at K={}", admin_link(source), obj.forked_from_message_index
+                )
+            )
+        if obj.forked_from_session_id:
+            origin = Session(id=obj.forked_from_session_id)
+            bits.append(format_html("copied from session {}", admin_link(origin)))
+        if obj.replaced_by:
+            bits.append(format_html("replaced by {}", admin_link(Run(id=obj.replaced_by))))
+        # Each bit is already escaped by format_html.
+        return mark_safe("<br>".join(bits)) if bits else "–"  # noqa: S308
+
+    def get_readonly_fields(self, request: HttpRequest, obj=None):  # noqa: ANN001, ANN201
+        return [*super().get_readonly_fields(request, obj), "lineage"]
 
 
 admin.site.unregister(Session)

@@ -5,11 +5,24 @@ from __future__ import annotations
 from django.contrib import admin, messages
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html
 
 from .errors import AppError
 from .models import HistoryEvent, Message, Part, Session, Share
 from .selectors import active_path
+from .services import fork as fork_services
 from .services import revert as revert_services
+from .services import rollback as rollback_services
+
+
+def admin_link(obj, label: str | None = None) -> str:  # noqa: ANN001
+    """A link to ``obj``'s admin page (or a dash)."""
+    if obj is None:
+        return "–"
+    meta = obj._meta
+    url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
+    return format_html('<a href="{}">{}</a>', url, label or obj.pk)
 
 
 class OwnedAdmin(admin.ModelAdmin):
@@ -57,11 +70,76 @@ class MessageInline(admin.TabularInline):
 
 @admin.register(Session)
 class SessionAdmin(OwnedAdmin):
-    list_display = ("id", "title", "owner", "status", "reverted", "model", "created_at")
+    list_display = (
+        "id",
+        "title",
+        "owner",
+        "status",
+        "reverted",
+        "forked_from",
+        "model",
+        "created_at",
+    )
     list_filter = ("status", "model")
     search_fields = ("id", "title")
+    list_select_related = ("owner", "forked_from_session")
     inlines = [MessageInline]
-    actions = ["revert_action", "unrevert_action", "cleanup_action"]
+    actions = [
+        "revert_action",
+        "unrevert_action",
+        "cleanup_action",
+        "rollback_action",
+        "fork_action",
+    ]
+
+    @admin.display(description="forked from")
+    def forked_from(self, obj: Session) -> str:
+        return admin_link(obj.forked_from_session)
+
+    @admin.action(description="Roll back N user turns…", permissions=["change"])
+    def rollback_action(self, request: HttpRequest, queryset) -> HttpResponse | None:  # noqa: ANN001
+        raw = request.POST.get("num_turns", "")
+        if "apply" in request.POST:
+            try:
+                num_turns = int(raw)
+            except ValueError:
+                num_turns = 0
+            done = 0
+            for session in queryset:
+                try:
+                    rollback_services.rollback_session(
+                        session=session, num_turns=num_turns, user=request.user
+                    )
+                    done += 1
+                except AppError as exc:
+                    self.message_user(request, f"{session.id}: {exc.message}", messages.ERROR)
+            if done:
+                self.message_user(request, f"Rolled back {num_turns} turn(s) in {done} session(s).")
+            return None
+        return TemplateResponse(
+            request,
+            "admin/sessions_app/rollback.html",
+            {
+                **self.admin_site.each_context(request),
+                "title": "Roll back user turns",
+                "sessions": list(queryset),
+                "opts": self.model._meta,
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            },
+        )
+
+    @admin.action(description="Fork into my account (chat and files)", permissions=["view"])
+    def fork_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
+        for session in queryset:
+            try:
+                fork = fork_services.fork_session(source=session, user=request.user)
+            except AppError as exc:
+                self.message_user(request, f"{session.id}: {exc.message}", messages.ERROR)
+                continue
+            self.message_user(
+                request,
+                format_html("Forked {} into {}.", session.id, admin_link(fork, fork.title)),
+            )
 
     @admin.display(boolean=True, description="revert pending")
     def reverted(self, obj: Session) -> bool:

@@ -5,6 +5,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 from sessions_app.models import Message, Session
+from sessions_app.selectors import active_path
 from tests.conftest import client_for, run_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -15,7 +16,7 @@ CHANGELIST = "/admin/sessions_app/session/"
 def staff(name: str) -> User:
     user = User.objects.create_user(name, password="pw", is_staff=True)
     user.user_permissions.set(
-        Permission.objects.filter(codename__in=["view_session", "change_session"])
+        Permission.objects.filter(codename__in=["view_session", "change_session", "view_run"])
     )
     return user
 
@@ -67,3 +68,64 @@ def test_another_staff_user_cannot_revert_through_the_admin(setup):
     )
     assert Session.objects.get(id=sid).revert is None
     assert (worktree / "a.txt").exists() and (worktree / "b.txt").exists()
+
+
+def test_the_admin_rolls_back_n_turns(setup):
+    _, sid, client = setup
+    page = client.post(CHANGELIST, {"action": "rollback_action", "_selected_action": [sid]})
+    assert page.status_code == 200 and b'name="num_turns"' in page.content
+    client.post(
+        CHANGELIST,
+        {"action": "rollback_action", "_selected_action": [sid], "num_turns": "1", "apply": "1"},
+    )
+    session = Session.objects.get(id=sid)
+    users = [m for m in active_path(session) if m.role == "user"]
+    assert len(users) == 1
+    bad = client.post(
+        CHANGELIST,
+        {"action": "rollback_action", "_selected_action": [sid], "num_turns": "x", "apply": "1"},
+        follow=True,
+    )
+    assert b"num_turns must be an integer" in bad.content
+
+
+def test_the_admin_fork_lands_in_the_acting_users_account(setup):
+    alice, sid, client = setup
+    client.post(CHANGELIST, {"action": "fork_action", "_selected_action": [sid]})
+    fork = Session.objects.get(forked_from_session_id=sid)
+    assert fork.owner == alice
+    root = User.objects.create_superuser("root", password="pw")
+    admin = Client()
+    admin.force_login(root)
+    admin.post(CHANGELIST, {"action": "fork_action", "_selected_action": [sid]})
+    forks = Session.objects.filter(forked_from_session_id=sid).order_by("id")
+    assert [f.owner.username for f in forks] == ["alice-staff", "root"]
+    assert (forks[1].worktree / "b.txt").read_text() == "two"
+
+
+def test_a_staff_user_cannot_fork_or_roll_back_others_sessions(setup):
+    _, sid, _ = setup
+    bob = staff("bob-staff")
+    other = Client()
+    other.force_login(bob)
+    other.post(CHANGELIST, {"action": "fork_action", "_selected_action": [sid]})
+    other.post(
+        CHANGELIST,
+        {"action": "rollback_action", "_selected_action": [sid], "num_turns": "2", "apply": "1"},
+    )
+    assert not Session.objects.filter(owner=bob).exists()
+    users = [m for m in active_path(Session.objects.get(id=sid)) if m.role == "user"]
+    assert len(users) == 2
+
+
+def test_the_run_admin_shows_lineage_links(setup):
+    alice, sid, client = setup
+    api = client_for(alice)
+    run = Message.objects.filter(session_id=sid, role="user").order_by("id").first().run_id
+    fork = api.post(f"/api/runs/{run}/continue/", {"input": "say x", "wait": True}, format="json")
+    page = client.get("/admin/runs_app/run/")
+    assert page.status_code == 200
+    assert f'href="/admin/runs_app/run/{run}/change/"'.encode() in page.content
+    assert b"forked from" in page.content
+    detail = client.get(f"/admin/runs_app/run/{fork.json()['id']}/change/")
+    assert b"forked from" in detail.content
