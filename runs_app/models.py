@@ -27,8 +27,9 @@ class Run(models.Model):
     TERMINAL = {Status.COMPLETED, Status.CANCELLED, Status.ERROR, Status.PAUSED}
 
     id = models.CharField(primary_key=True, max_length=40, default=run_id, editable=False)
+    # Indexed by the (session, status, id) index below.
     session = models.ForeignKey(
-        "sessions_app.Session", on_delete=models.CASCADE, related_name="runs"
+        "sessions_app.Session", on_delete=models.CASCADE, related_name="runs", db_index=False
     )
     mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.PROMPT)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)

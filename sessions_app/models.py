@@ -69,7 +69,10 @@ class Message(models.Model):
         ASSISTANT = "assistant"
 
     id = models.CharField(primary_key=True, max_length=40, default=ids.message_id, editable=False)
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="messages")
+    # Indexed by the (session, id) index below.
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="messages", db_index=False
+    )
     run_id = models.CharField(max_length=40, null=True, blank=True, db_index=True)
     parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="children"
@@ -103,8 +106,16 @@ class Part(models.Model):
         FILE = "file"
 
     id = models.CharField(primary_key=True, max_length=40, default=ids.part_id, editable=False)
-    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="parts")
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    # Indexed by the (message, order) index below.
+    message = models.ForeignKey(
+        Message, on_delete=models.CASCADE, related_name="parts", db_index=False
+    )
+    # The message's session, kept on the part so a session's parts are one index away. No
+    # database constraint: the message's own is enough, and a fork then checks one key per
+    # copied part instead of two.
+    session = models.ForeignKey(
+        Session, on_delete=models.CASCADE, related_name="+", db_constraint=False
+    )
     order = models.PositiveIntegerField(default=0)
     type = models.CharField(max_length=16, choices=Type.choices)
     text = models.TextField(blank=True, default="")

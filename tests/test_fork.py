@@ -3,6 +3,7 @@ files as they were at the fork point, lineage to the direct parent and the root 
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -75,7 +76,15 @@ def test_a_fork_copies_the_path_with_new_ids_and_links_inside_the_copy(api, owne
         assert r.input_message_id in mine
         assert r.forked_from_session_id == sid
         assert r.status == "completed"
-    assert sorted(m.id for m in copies) == [m.id for m in Message.objects.filter(session_id=new)]
+    # New ids in the ids.py format, newer than the originals, and in the originals' order.
+    path = [m.id for m in active_path(Session.objects.get(id=new))]
+    assert path == sorted(path) and len(path) == len(copies)
+    assert all(re.fullmatch(r"msg_[0-9a-f]{26}", i) for i in path)
+    assert min(path) > max(Message.objects.filter(session_id=sid).values_list("id", flat=True))
+    parts = list(Part.objects.filter(session_id=new).order_by("id"))
+    assert [(p.message_id, p.order) for p in parts] == sorted(
+        (p.message_id, p.order) for p in parts
+    )
     assert Session.objects.get(id=new).head_id in mine
     # The source is unchanged.
     assert Session.objects.get(id=sid).forked_from_session_id is None

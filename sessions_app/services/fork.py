@@ -1,26 +1,33 @@
 """Session fork (SEMANTICS 5.5): a new session of the caller with a copy of one path of the
 conversation (root → the fork point), the runs that made it, and the files as they were there.
 
-The copy happens in the database: one ``INSERT … SELECT`` per table, the path found by a
-recursive CTE, new ids computed in SQL. So a fork costs the same number of statements
-whatever the size of the session, and the forking process never holds the history.
+The copy happens in the database, in a constant number of statements whatever the size of
+the session, and the forking process never holds the history:
 
-A copied row's id keeps the original's prefix and time part (so the copies sort like their
-originals, and newer messages of the fork sort after them) with a new random-looking suffix:
-``md5(salt || old id)``, where the salt is the new session's id. The same function maps every
-link (parent, run, input message, lineage), so nothing in the copy points into the source.
-The files need no copy either: snapshots share one content-addressed object store, and the
-fork's worktree is checked out from the tree recorded at the fork point.
+1. the path (root → fork point) is walked once, by a recursive CTE, into a temporary table
+   that also gives each message its new id; the runs of those messages get theirs in a
+   second one;
+2. one ``INSERT … SELECT`` per table copies messages, parts and runs, every link (parent,
+   run, input message, lineage) mapped through those two tables, so nothing in the copy
+   points into the source.
+
+New ids are made like ``ids.new_id`` makes them, at the fork's millisecond, with the row's
+rank (in the original order) as the counter: the copies sort like their originals, after
+every older row, and go to the right edge of each index instead of splitting its pages.
+The suffix is ``md5(salt || old id)``, the salt being the new session's id.
+
+The files need no copy: snapshots share one content-addressed object store, and the fork's
+worktree is checked out from the tree recorded at the fork point.
 """
 
 from __future__ import annotations
 
-import hashlib
+import json
 import shutil
+import time
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models.expressions import RawSQL
 
 from .. import ids, snapshots
 from ..errors import NotFoundError
@@ -32,21 +39,22 @@ PATH = (
     " UNION ALL"
     " SELECT m.id, m.parent_id FROM sessions_app_message m JOIN path p ON m.id = p.parent_id)"
 )
-
-PATH_IDS = f"WITH RECURSIVE {PATH} SELECT id FROM path"
-
-
-def copy_id(salt: str, old: str) -> str:
-    """What ``_remap`` computes in SQL, for the rows Python names (the new head)."""
-    return old[:20] + hashlib.md5((salt + old).encode()).hexdigest()[:10]
+FORK_PATH, FORK_RUNS = "fork_path", "fork_runs"
 
 
-def _remap(column: str) -> str:
-    return f"(substr({column}, 1, 20) || substr(md5(f.salt || {column}), 1, 10))"
+def _hex(expr: str, width: int) -> str:
+    if connection.vendor == "postgresql":
+        return f"lpad(to_hex({expr}), {width}, '0')"
+    return f"printf('%%0{width}x', {expr})"  # %% : the statements have parameters
 
 
-def _when(condition: str, value: str) -> str:
-    return f"CASE WHEN {condition} THEN {value} END"
+def _new_id(column: str, rank: str) -> str:
+    """SQL for the copy's id of the row whose id is ``column`` and whose rank is ``rank``,
+    with the fork's millisecond and salt as the statement's first two parameters."""
+    return (
+        f"substr({column}, 1, 4) || {_hex(f'(%s + {rank} / 65536)', 12)}"
+        f" || {_hex(f'({rank} %% 65536)', 4)} || substr(md5(%s || {column}), 1, 10)"
+    )
 
 
 def _columns(model: Any, overrides: dict[str, str], alias: str) -> tuple[str, str]:
@@ -76,22 +84,24 @@ def fork_point(source: Session, message_id: str | None) -> str | None:
 
 
 def tree_at(source: Session, leaf: str | None) -> str | None:
-    """The worktree's tree at ``leaf``: what the last step on its path left, else what the
-    first step after it found; None when no step ever ran."""
+    """The worktree's tree at ``leaf``: what the last step on its path left (the path is in
+    the temporary table), else what the first step after it found; None when no step ran."""
     if leaf:
-        finished = (
-            Part.objects.filter(
-                message_id__in=RawSQL(
-                    f"WITH RECURSIVE {PATH} SELECT id FROM path", [leaf, source.id]
-                ),
-                type=Part.Type.STEP_FINISH,
+        with connection.cursor() as cursor:
+            # Newest message of the path first; each probes its own parts, so the cost
+            # follows the path back to the last step, not the size of the parts table.
+            cursor.execute(
+                "SELECT data FROM (SELECT p.id, (SELECT pt.data FROM sessions_app_part pt"
+                " WHERE pt.message_id = p.id AND pt.type = %s"
+                f' ORDER BY pt."order" DESC LIMIT 1) AS data FROM {FORK_PATH} p) steps'
+                " WHERE data IS NOT NULL ORDER BY id DESC LIMIT 1",
+                [Part.Type.STEP_FINISH],
             )
-            .order_by("-message_id", "-order")
-            .values_list("data", flat=True)
-            .first()
-        )
-        if finished and finished.get("snapshot"):
-            return finished["snapshot"]
+            row = cursor.fetchone()
+        data = row[0] if row else None
+        data = json.loads(data) if isinstance(data, str) else data
+        if data and data.get("snapshot"):
+            return data["snapshot"]
     started = (
         Part.objects.filter(session=source, type=Part.Type.STEP_START, message_id__gt=leaf or "")
         .order_by("message_id", "order")
@@ -101,86 +111,116 @@ def tree_at(source: Session, leaf: str | None) -> str | None:
     return (started or {}).get("snapshot")
 
 
-def _copy_rows(source: Session, new_id: str, leaf: str) -> None:
+def _walk(cursor, source: Session, leaf: str, salt: str, now_ms: int) -> None:  # noqa: ANN001
+    """The path and the runs on it, each row with its copy's id, in temporary tables."""
+    for table in (FORK_PATH, FORK_RUNS):
+        cursor.execute(f"DROP TABLE IF EXISTS {table}")
+    cursor.execute(
+        f"CREATE TEMPORARY TABLE {FORK_PATH}"
+        " (id varchar(40) PRIMARY KEY, parent_id varchar(40), new_id varchar(40))"
+    )
+    cursor.execute(
+        f"CREATE TEMPORARY TABLE {FORK_RUNS} (id varchar(40) PRIMARY KEY, new_id varchar(40))"
+    )
+    if connection.vendor == "postgresql":
+        # Probe the history tables by key for each row of the path, whatever the planner
+        # believes of their size (right after bulk growth its statistics say they are
+        # small, and it would scan them whole): for this transaction only.
+        cursor.execute(
+            "SELECT set_config('enable_seqscan', 'off', true),"
+            " set_config('enable_hashjoin', 'off', true),"
+            " set_config('enable_mergejoin', 'off', true)"
+        )
+    cursor.execute(
+        f"INSERT INTO {FORK_PATH} (id, parent_id, new_id) WITH RECURSIVE {PATH}"
+        f" SELECT id, parent_id, {_new_id('id', 'rank')} FROM"
+        " (SELECT id, parent_id, ROW_NUMBER() OVER (ORDER BY id) - 1 AS rank FROM path) ranked",
+        [leaf, source.id, now_ms, salt],
+    )
+    cursor.execute(
+        f"INSERT INTO {FORK_RUNS} (id, new_id) SELECT id, {_new_id('id', 'rank')} FROM"
+        " (SELECT r.id, ROW_NUMBER() OVER (ORDER BY r.id) - 1 AS rank FROM"
+        " (SELECT DISTINCT m.run_id FROM sessions_app_message m"
+        f" JOIN {FORK_PATH} p ON p.id = m.id) d JOIN runs_app_run r ON r.id = d.run_id) ranked",
+        [now_ms, salt],
+    )
+
+
+def _copy(cursor, source: Session, new_id: str, leaf: str, now_ms: int) -> None:  # noqa: ANN001
     from runs_app.models import Run
 
-    ctes = (
-        f"WITH RECURSIVE {PATH},"
-        " f(salt, session, source) AS (SELECT %s, %s, %s),"
-        " copied(id) AS (SELECT r.id FROM runs_app_run r WHERE r.session_id = %s AND r.id IN"
-        " (SELECT m.run_id FROM sessions_app_message m JOIN path p ON p.id = m.id))"
-    )
-    params = [leaf, source.id, new_id, new_id, source.id, source.id]
-    copied = "IN (SELECT id FROM copied)"
     unfinished = "r.status IN ('pending', 'running')"
     statements = [
         (
             Message,
             "m",
             {
-                "id": _remap("m.id"),
-                "session_id": "f.session",
-                "run_id": _when(f"m.run_id {copied}", _remap("m.run_id")),
-                "parent_id": _when("m.parent_id IS NOT NULL", _remap("m.parent_id")),
+                "id": "p.new_id",
+                "session_id": "%s",
+                "run_id": "fr.new_id",
+                "parent_id": "pp.new_id",
             },
-            "FROM sessions_app_message m JOIN path p ON p.id = m.id CROSS JOIN f",
+            f"FROM {FORK_PATH} p JOIN sessions_app_message m ON m.id = p.id"
+            f" LEFT JOIN {FORK_PATH} pp ON pp.id = p.parent_id"
+            f" LEFT JOIN {FORK_RUNS} fr ON fr.id = m.run_id",
+            [new_id],
         ),
         (
             Part,
-            "pt",
-            {
-                "id": _remap("pt.id"),
-                "message_id": _remap("pt.message_id"),
-                "session_id": "f.session",
-            },
-            "FROM sessions_app_part pt JOIN path p ON pt.message_id = p.id CROSS JOIN f",
+            "x",
+            {"id": _new_id("x.id", "x.rank"), "message_id": "x.message_new", "session_id": "%s"},
+            "FROM (SELECT pt.*, p.new_id AS message_new,"
+            # Ranked by message, then order: the path table drives, the parts are probed.
+            ' ROW_NUMBER() OVER (ORDER BY p.new_id, pt."order") - 1 AS rank'
+            f" FROM {FORK_PATH} p JOIN sessions_app_part pt ON pt.message_id = p.id) x",
+            [now_ms, new_id, new_id],
         ),
         (
             Run,
             "r",
             {
-                "id": _remap("r.id"),
-                "session_id": "f.session",
+                "id": "fr.new_id",
+                "session_id": "%s",
                 # A run still going in the source does not go on in the copy.
                 "status": f"CASE WHEN {unfinished} THEN 'cancelled' ELSE r.status END",
                 "finished_at": (
                     f"CASE WHEN {unfinished} THEN CURRENT_TIMESTAMP ELSE r.finished_at END"
                 ),
-                "abort_requested": "r.abort_requested AND NOT " + unfinished,
-                "input_message_id": _when(
-                    "r.input_message_id IN (SELECT id FROM path)", _remap("r.input_message_id")
-                ),
-                "interrupted_run_id": _when(
-                    f"r.interrupted_run_id {copied}", _remap("r.interrupted_run_id")
-                ),
-                "forked_from_run_id": _when(
-                    f"r.forked_from_run_id {copied}", _remap("r.forked_from_run_id")
-                ),
-                "forked_from_message_index": _when(
-                    f"r.forked_from_run_id {copied}", "r.forked_from_message_index"
+                "abort_requested": f"r.abort_requested AND NOT {unfinished}",
+                "input_message_id": "pi.new_id",
+                "interrupted_run_id": "fi.new_id",
+                "forked_from_run_id": "ff.new_id",
+                "forked_from_message_index": (
+                    "CASE WHEN ff.new_id IS NOT NULL THEN r.forked_from_message_index END"
                 ),
                 # The root origin, kept across nested forks.
-                "forked_from_session_id": "COALESCE(r.forked_from_session_id, f.source)",
-                "replaced_by": _when(f"r.replaced_by {copied}", _remap("r.replaced_by")),
+                "forked_from_session_id": "COALESCE(r.forked_from_session_id, %s)",
+                "replaced_by": "fb.new_id",
                 "branch": "NULL",
                 "task_id": "''",
             },
-            f"FROM runs_app_run r CROSS JOIN f WHERE r.id {copied}",
+            f"FROM {FORK_RUNS} fr JOIN runs_app_run r ON r.id = fr.id"
+            f" LEFT JOIN {FORK_PATH} pi ON pi.id = r.input_message_id"
+            f" LEFT JOIN {FORK_RUNS} fi ON fi.id = r.interrupted_run_id"
+            f" LEFT JOIN {FORK_RUNS} ff ON ff.id = r.forked_from_run_id"
+            f" LEFT JOIN {FORK_RUNS} fb ON fb.id = r.replaced_by",
+            [new_id, source.id],
         ),
     ]
-    with connection.cursor() as cursor:
-        for model, alias, overrides, source_sql in statements:
-            names, values = _columns(model, overrides, alias)
-            cursor.execute(
-                f"INSERT INTO {model._meta.db_table} ({names}) {ctes} SELECT {values} {source_sql}",
-                params,
-            )
+    for model, alias, overrides, source_sql, params in statements:
+        names, values = _columns(model, overrides, alias)
         cursor.execute(
-            "UPDATE sessions_app_session SET context_tokens ="
-            " (SELECT COALESCE(SUM(LENGTH(text)), 0) / 4"
-            " FROM sessions_app_part WHERE session_id = %s) WHERE id = %s",
-            [new_id, new_id],
+            f"INSERT INTO {model._meta.db_table} ({names}) SELECT {values} {source_sql}", params
         )
+    cursor.execute(
+        "UPDATE sessions_app_session SET"
+        f" head_id = (SELECT new_id FROM {FORK_PATH} WHERE id = %s),"
+        " context_tokens = (SELECT COALESCE(SUM(LENGTH(text)), 0) / 4"
+        " FROM sessions_app_part WHERE session_id = %s) WHERE id = %s",
+        [leaf, new_id, new_id],
+    )
+    for table in (FORK_PATH, FORK_RUNS):
+        cursor.execute(f"DROP TABLE {table}")
 
 
 def fork_session(
@@ -192,36 +232,38 @@ def fork_session(
 ) -> Session:
     """Rule 5.5. Reads only what is persisted, so forking a busy session is fine."""
     leaf = fork_point(source, message_id)
-    new_id = ids.session_id()
     fork = Session(
-        id=new_id,
+        id=ids.session_id(),
         owner=user,
         title=(title or f"Fork of {source.title}".strip())[:200],
         model=source.model,
         system_prompt=source.system_prompt,
         checkpoint=source.checkpoint,
-        head_id=copy_id(new_id, leaf) if leaf else None,
         forked_from_session=source,
         forked_from_message_id=leaf,
     )
+    now_ms = int(time.time() * 1000)
     snap = snapshots.for_session(fork)
     try:
-        tree = tree_at(source, leaf)
-        snap.adopt_objects_of(snapshots.for_session(source))
-        if tree:
-            snap.materialize(tree)
-        else:
-            snap.ensure()
-        with transaction.atomic():
+        with transaction.atomic(), connection.cursor() as cursor:
             fork.save(force_insert=True)
             if leaf:
-                _copy_rows(source, new_id, leaf)
+                _walk(cursor, source, leaf, fork.id, now_ms)
+            tree = tree_at(source, leaf)
+            if leaf:
+                _copy(cursor, source, fork.id, leaf, now_ms)
             HistoryEvent.objects.create(
                 session=fork,
                 kind="fork",
                 created_by=user,
                 data={"source_session_id": source.id, "message_id": leaf, "snapshot": tree},
             )
+            # The files last, still inside the transaction: if git fails, no rows remain.
+            snap.adopt_objects_of(snapshots.for_session(source))
+            if tree:
+                snap.materialize(tree)
+            else:
+                snap.ensure()
     except BaseException:
         shutil.rmtree(fork.worktree, ignore_errors=True)
         shutil.rmtree(fork.snapshot_dir, ignore_errors=True)
