@@ -1,4 +1,4 @@
-"""``python -m bench [--only streaming|checkpoint|history|memory|snapshots|abort] [--quick]``
+"""``python -m bench [--only streaming|checkpoint|history|memory|snapshots|abort|fork] [--quick]``
 
 Sets up a private environment (database ``agentplat_bench``, Redis db 5, free ports, a temp
 workspace), runs the selected benchmarks, prints each result beside its floor or baseline with
@@ -18,7 +18,7 @@ from typing import Any
 
 from . import env as benv
 
-BENCHES = ("streaming", "checkpoint", "history", "memory", "snapshots", "abort")
+BENCHES = ("streaming", "checkpoint", "history", "memory", "snapshots", "abort", "fork")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -315,6 +315,14 @@ def main(argv: list[str] | None = None) -> int:
             r = snapshot_bench.run(quick=args.quick)
             results["snapshots"] = r
             printed.append(snapshot_bench.report(r))
+            print("\n" + printed[-1] + "\n", flush=True)
+        if "fork" in selected:
+            print("bench: session fork / checkpoint bytes vs agno ...", flush=True)
+            from . import fork
+
+            r = fork.run(env, quick=args.quick)
+            results["fork"] = r
+            printed.append(fork.report(r))
             print("\n" + printed[-1] + "\n", flush=True)
         if "abort" in selected:
             print("bench: abort / recovery ...", flush=True)

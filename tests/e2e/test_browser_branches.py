@@ -123,7 +123,7 @@ def _flow(page, server) -> None:
     assert files_on_disk(server, sid) == {"a.txt": "onemore\n"}, "the append did not run again"
     # The original answer is replaced (hidden from the history), not shown beside the new one.
     page.wait_for_function(
-        "(old) => !document.querySelector(`[data-message-id=\"${old}\"]`)", arg=before_id
+        '(old) => !document.querySelector(`[data-message-id="${old}"]`)', arg=before_id
     )
     assert page.locator("#messages .msg.assistant .text", has_text="branched").count() == 1
 
