@@ -46,12 +46,12 @@ def outsider_api(outsider) -> APIClient:
     return client_for(outsider)
 
 
-def run_turn(api: APIClient, session_id: str, script: str) -> dict:
-    """One user turn through the API, waited for; it must complete."""
+def run_turn(api: APIClient, session_id: str, script: str, status: str = "completed") -> dict:
+    """One user turn through the API, waited for; it must end in ``status``."""
     run = api.post(
         f"/api/sessions/{session_id}/runs/",
         {"messages": [{"role": "user", "content": script}], "wait": True},
         format="json",
     ).json()
-    assert run["status"] == "completed", run
+    assert run["status"] == status, run
     return run

@@ -180,11 +180,7 @@ def test_continuing_an_old_answer_makes_a_branch_with_its_files(api):
 
 def test_fork_true_forks_a_run_that_could_continue_in_place(api):
     sid = new_session(api)
-    failed = api.post(
-        f"/api/sessions/{sid}/runs/",
-        {"messages": [{"role": "user", "content": "fail boom"}], "wait": True},
-        format="json",
-    ).json()
+    failed = run_turn(api, sid, "fail boom", status="error")
     assert failed["status"] == "error"
     fork = cont(api, failed["id"], input="say again", fork=True).json()
     assert fork["id"] != failed["id"] and fork["forked_from_run_id"] == failed["id"]
@@ -193,11 +189,7 @@ def test_fork_true_forks_a_run_that_could_continue_in_place(api):
 
 def test_an_error_run_continues_in_place(api):
     sid = new_session(api)
-    failed = api.post(
-        f"/api/sessions/{sid}/runs/",
-        {"messages": [{"role": "user", "content": "fail boom"}], "wait": True},
-        format="json",
-    ).json()
+    failed = run_turn(api, sid, "fail boom", status="error")
     again = cont(api, failed["id"], input="say recovered").json()
     assert again["id"] == failed["id"], "in place: the same run"
     assert again["status"] == "completed" and again["error"] is None

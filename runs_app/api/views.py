@@ -153,22 +153,23 @@ def run_messages(request: Request, run_id: str) -> Response:
     return Response(model_messages(branching.run_path(run), run.session.system_prompt))
 
 
+def _branch(request: Request, run_id: str, serializer: type, service) -> Response:  # noqa: ANN001
+    run = run_for_user(request.user, run_id)
+    args = _args(request, serializer)
+    wait = args.pop("wait")
+    return _answer(service(run=run, user=request.user, **args), wait)
+
+
 @extend_schema(request=ContinueIn, responses={200: dict, 202: dict})
 @api_view(["POST"])
 def run_continue(request: Request, run_id: str) -> Response:
-    run = run_for_user(request.user, run_id)
-    args = _args(request, ContinueIn)
-    wait = args.pop("wait")
-    return _answer(branching.continue_run(run=run, user=request.user, **args), wait)
+    return _branch(request, run_id, ContinueIn, branching.continue_run)
 
 
 @extend_schema(request=RegenerateIn, responses={200: dict, 202: dict})
 @api_view(["POST"])
 def run_regenerate(request: Request, run_id: str) -> Response:
-    run = run_for_user(request.user, run_id)
-    args = _args(request, RegenerateIn)
-    wait = args.pop("wait")
-    return _answer(branching.regenerate_run(run=run, user=request.user, **args), wait)
+    return _branch(request, run_id, RegenerateIn, branching.regenerate_run)
 
 
 @extend_schema(request=None, responses={202: dict})

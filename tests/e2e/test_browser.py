@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .ui import LAST_ASSISTANT_TEXT, login, send, wait_idle
+from .ui import LAST_ASSISTANT_TEXT, files_on_disk, login, send, wait_idle
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -132,15 +132,6 @@ def _flow(page, server) -> None:
     page.screenshot(path=str(SCREENSHOT), full_page=True)
 
 
-def _files_on_disk(server, session_id: str) -> dict[str, str]:
-    root = server.tmp / "workspaces" / session_id
-    return {
-        p.relative_to(root).as_posix(): p.read_text()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and ".git" not in p.relative_to(root).parts
-    }
-
-
 def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
     login(page, server)
     page.get_by_role("button", name="New session").click()
@@ -154,7 +145,7 @@ def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
         )
         wait_idle(page)
     page.wait_for_function("() => document.body.innerText.split('done').length > 3")
-    assert _files_on_disk(server, session_id) == {
+    assert files_on_disk(server, session_id) == {
         "a.txt": "a content",
         "b.txt": "b content",
         "c.txt": "c content",
@@ -168,11 +159,11 @@ def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
     assert "b.txt" in bar and "c.txt" in bar and "deleted" in bar
     assert page.locator("#messages .msg.reverted").count() == 6
     assert page.input_value("#prompt") == "write b.txt b content"
-    assert _files_on_disk(server, session_id) == {"a.txt": "a content"}
+    assert files_on_disk(server, session_id) == {"a.txt": "a content"}
 
     page.click("#unrevert")
     page.wait_for_selector("#revert-bar", state="hidden")
-    assert _files_on_disk(server, session_id)["c.txt"] == "c content"
+    assert files_on_disk(server, session_id)["c.txt"] == "c content"
     assert page.locator("#messages .msg.reverted").count() == 0
 
     second.hover()
@@ -185,7 +176,7 @@ def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
     assert page.locator("#revert-bar").is_hidden()
     users = page.locator("#messages .msg.user .text").all_inner_texts()
     assert users == ["write a.txt a content", "say confirmed"]
-    assert _files_on_disk(server, session_id) == {"a.txt": "a content"}
+    assert files_on_disk(server, session_id) == {"a.txt": "a content"}
     page.reload()
     page.wait_for_selector("#messages .msg.user")
     assert page.locator("#messages .msg.user .text").all_inner_texts() == users

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
+from .ui import LAST_ASSISTANT_TEXT, files_on_disk, login, new_session, send, wait_idle
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -29,19 +29,6 @@ def wait_users(page, expected: list[str]) -> None:
     page.wait_for_function(
         f"(want) => JSON.stringify(({USER_TEXTS})()) === JSON.stringify(want)", arg=expected
     )
-
-
-def files_on_disk(server, session_id: str) -> dict[str, str]:
-    root = server.tmp / "workspaces" / session_id
-    return {
-        p.relative_to(root).as_posix(): p.read_text()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and ".git" not in p.relative_to(root).parts
-    }
-
-
-def answer(page, n: int):
-    return page.locator("#messages .msg.assistant").nth(n)
 
 
 def test_rollback_continue_regenerate_and_fork_in_the_browser(page, server):

@@ -36,3 +36,13 @@ def new_session(page) -> str:
     page.wait_for_url("**/s/*/")
     wait_idle(page)
     return page.url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def files_on_disk(server, session_id: str) -> dict[str, str]:
+    """The session's worktree as the server left it on disk (``.git`` aside)."""
+    root = server.tmp / "workspaces" / session_id
+    return {
+        p.relative_to(root).as_posix(): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and ".git" not in p.relative_to(root).parts
+    }
