@@ -178,6 +178,9 @@ AGENT_MODEL = os.environ.get("AGENT_MODEL", "scripted")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "") or None
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "") or "not-needed"
 AGENT_ALLOW_SHELL = _env_bool("AGENT_ALLOW_SHELL", False)
+# Share links need a login to read by default; true lets anyone with the link read (never
+# write; forking always needs a login).
+SHARE_ANONYMOUS_READ = _env_bool("SHARE_ANONYMOUS_READ", False)
 AGENT_MAX_STEPS = int(os.environ.get("AGENT_MAX_STEPS", "25"))
 # Lease of the per-session busy lock; the running loop renews it every third of this.
 RUN_LEASE_SECONDS = float(os.environ.get("RUN_LEASE_SECONDS", "30"))

@@ -33,3 +33,8 @@ class SessionBusyError(AppError):
 class ConflictError(AppError):
     status_code = 409
     type = "ConflictError"
+
+
+class NotAuthenticated(AppError):
+    status_code = 401
+    type = "NotAuthenticated"

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_POST
 
-from .errors import AppError
+from .errors import AppError, NotAuthenticated
 from .selectors import session_for_user, sessions_for_user
+from .services import sharing
 from .services.sessions import create_session
 
 
@@ -40,10 +42,29 @@ def chat(request: HttpRequest, session_id: str) -> HttpResponse:
     return render(request, "app/chat.html", {"session": session})
 
 
+def shared(request: HttpRequest, token: str) -> HttpResponse:
+    """A share link: the pinned conversation, read-only, with "fork into my account"."""
+    try:
+        share = sharing.share_for_token(token, request.user)
+    except NotAuthenticated:
+        return redirect_to_login(request.get_full_path())
+    return render(request, "app/shared.html", {"share": sharing.shared_data(share)})
+
+
+@login_required
+@require_POST
+def shared_fork(request: HttpRequest, token: str) -> HttpResponse:
+    share = sharing.share_for_token(token, request.user, for_fork=True)
+    fork = sharing.fork_shared(share=share, user=request.user)
+    return redirect("chat", session_id=fork.id)
+
+
 urlpatterns = [
     path("", session_list, name="home"),
     path("sessions/new/", session_new, name="session-new"),
-    path("s/<str:session_id>/", chat, name="chat"),
+    path("sessions/<str:session_id>/", chat, name="chat"),
+    path("s/<str:token>/", shared, name="shared"),
+    path("s/<str:token>/fork/", shared_fork, name="shared-fork"),
     path(
         "login/",
         auth_views.LoginView.as_view(template_name="app/login.html"),

@@ -85,6 +85,20 @@ def all_messages(session: Session) -> list[Message]:
     return messages_with_parts(ids)
 
 
+def files_at(path: list[Message], keep: int) -> str | None:
+    """The worktree's tree after the first ``keep`` messages of ``path``: what the last step
+    before the cut left, else what the first step after it found; None when no step ran."""
+    for message in reversed(path[:keep]):
+        for part in reversed(message.loaded_parts):
+            if part.type == Part.Type.STEP_FINISH and part.data.get("snapshot"):
+                return part.data["snapshot"]
+    for message in path[keep:]:
+        for part in message.loaded_parts:
+            if part.type == Part.Type.STEP_START and part.data.get("snapshot"):
+                return part.data["snapshot"]
+    return None
+
+
 # -- the contract's JSON shapes ---------------------------------------------------------------
 def _iso(value) -> str | None:  # noqa: ANN001
     return value.isoformat().replace("+00:00", "Z") if value else None

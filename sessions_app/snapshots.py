@@ -180,6 +180,29 @@ class Snapshots:
         self._git("checkout-index", "--all", "--force")
         (self.git_dir / "last-tree").write_text(tree)
 
+    def list_tree(self, tree: str) -> list[dict[str, object]]:
+        """The files of ``tree`` with their sizes (a pinned share's file list)."""
+        self.ensure()
+        out = self._git("ls-tree", "-r", "-l", "-z", tree)
+        files = []
+        for entry in filter(None, out.split("\0")):
+            meta, _, name = entry.partition("\t")
+            _mode, kind, _sha, size = meta.split()
+            if kind == "blob":
+                files.append({"path": name, "size": int(size) if size.isdigit() else 0})
+        return sorted(files, key=lambda f: f["path"])
+
+    def read_blob(self, tree: str, path: str) -> bytes | None:
+        """A file's content as it is in ``tree``; None when it is not there."""
+        self.ensure()
+        proc = subprocess.run(
+            ["git", "cat-file", "blob", f"{tree}:{path}"],
+            cwd=self.worktree,
+            env=self._env(),
+            capture_output=True,
+        )
+        return proc.stdout if proc.returncode == 0 else None
+
     def adopt_objects_of(self, other: Snapshots) -> None:
         """A session made before the shared store kept its objects in its own git dir: make
         them visible to the store, so a fork of it can read its trees."""

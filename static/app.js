@@ -433,7 +433,7 @@ async function forkAt(messageId) {
   showError("");
   try {
     const fork = await call("POST", api("/fork/"), messageId ? { message_id: messageId } : {});
-    location.href = `/s/${fork.id}/`;
+    location.href = `/sessions/${fork.id}/`;
   } catch (err) { showError(err.message); }
 }
 
@@ -496,7 +496,7 @@ async function loadLineage() {
   svg.setAttribute("aria-label", `Lineage: ${chain.map((s) => s.title).join(" → ")}${forks.length ? `; ${forks.length} fork(s)` : ""}`);
   const node = (s, x, y, current) => {
     const a = document.createElementNS(ns, "a");
-    a.setAttribute("href", `/s/${s.id}/`);
+    a.setAttribute("href", `/sessions/${s.id}/`);
     const r = document.createElementNS(ns, "rect");
     Object.entries({ x, y, width: W, height: H, rx: 6, class: current ? "node current" : "node" }).forEach(([k, v]) => r.setAttribute(k, v));
     const t = document.createElementNS(ns, "text");
@@ -592,6 +592,25 @@ document.getElementById("composer").addEventListener("submit", async (e) => {
   }
 });
 document.getElementById("rollback").addEventListener("click", rollback);
+document.getElementById("share").addEventListener("click", async () => {
+  showError("");
+  try {
+    const link = await call("POST", api("/share/"), {});
+    const box = document.getElementById("share-box");
+    const url = document.getElementById("share-url");
+    url.value = new URL(link.url, location.origin).href;
+    box.hidden = false;
+    url.select();
+  } catch (err) { showError(err.message); }
+});
+document.getElementById("revoke-share").addEventListener("click", async () => {
+  showError("");
+  try {
+    await call("DELETE", api("/share/"));
+    document.getElementById("share-box").hidden = true;
+    document.getElementById("share-url").value = "";
+  } catch (err) { showError(err.message); }
+});
 document.getElementById("fork-session").addEventListener("click", () => forkAt(null));
 document.getElementById("prompt").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) document.getElementById("send").click();

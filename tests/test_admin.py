@@ -47,9 +47,9 @@ def test_pages_need_a_login_and_show_my_sessions(owner, outsider):
     client.force_login(owner)
     page = client.get("/")
     assert "my work" in page.content.decode()
-    assert client.get(f"/s/{mine.id}/").status_code == 200
+    assert client.get(f"/sessions/{mine.id}/").status_code == 200
     client.force_login(outsider)
-    assert client.get(f"/s/{mine.id}/").status_code == 404
+    assert client.get(f"/sessions/{mine.id}/").status_code == 404
     assert "my work" not in client.get("/").content.decode()
 
 

@@ -17,7 +17,7 @@ from django.db import transaction
 from sessions_app import events
 from sessions_app.errors import ConflictError, InvalidInput
 from sessions_app.models import Message, Part, Session
-from sessions_app.selectors import active_path
+from sessions_app.selectors import active_path, files_at
 
 from ..models import Run
 from ..selectors import run_data
@@ -72,20 +72,6 @@ def resolve_cut(path: list[Message], continue_from: Any, *, system_prompt: str) 
     if continue_from >= total:
         return Cut(len(path), total)  # the whole transcript: the same as "end"
     return snap(ends, continue_from, system=bool(system_prompt))
-
-
-def files_at(path: list[Message], keep: int) -> str | None:
-    """The worktree's tree after the first ``keep`` messages of ``path``: what the last step
-    before the cut left, else what the first step after it found; None when no step ran."""
-    for message in reversed(path[:keep]):
-        for part in reversed(message.loaded_parts):
-            if part.type == Part.Type.STEP_FINISH and part.data.get("snapshot"):
-                return part.data["snapshot"]
-    for message in path[keep:]:
-        for part in message.loaded_parts:
-            if part.type == Part.Type.STEP_START and part.data.get("snapshot"):
-                return part.data["snapshot"]
-    return None
 
 
 def _input(value: Any) -> list[dict[str, str]]:

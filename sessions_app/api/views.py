@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django.contrib.auth import authenticate
-from django.http import FileResponse, Http404
+from django.http import FileResponse, Http404, HttpResponse
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.authtoken.models import Token
@@ -27,6 +27,7 @@ from ..services import fork as fork_services
 from ..services import revert as revert_services
 from ..services import rollback as rollback_services
 from ..services import sessions as session_services
+from ..services import sharing
 from ..tools_paths import resolve_inside
 from .errors import error_body
 from .serializers import ForkIn, HeadIn, RevertIn, RollbackIn, SessionIn, TokenIn
@@ -185,3 +186,42 @@ def session_lineage(request: Request, session_id: str) -> Response:
 def session_tree(request: Request, session_id: str) -> Response:
     """Every message's id, parent, role, run and hidden flag: the shape of the tree."""
     return Response(message_tree(session_for_user(request.user, session_id)))
+
+
+@extend_schema(request=None, responses={201: dict, 204: None})
+@api_view(["POST", "DELETE"])
+def session_share(request: Request, session_id: str) -> Response:
+    """Pin the head and the files for a link (again: move the pin); DELETE revokes it."""
+    session = session_for_user(request.user, session_id)
+    if request.method == "DELETE":
+        sharing.revoke_share(session=session)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+    share = sharing.share_session(session=session, user=request.user)
+    return Response(sharing.share_link(share), status=status.HTTP_201_CREATED)
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+@permission_classes([AllowAny])
+def shared_detail(request: Request, token: str) -> Response:
+    share = sharing.share_for_token(token, request.user)
+    return Response(sharing.shared_data(share))
+
+
+@extend_schema(responses={200: dict})
+@api_view(["GET"])
+@permission_classes([AllowAny])
+def shared_files(request: Request, token: str, path: str) -> HttpResponse:
+    share = sharing.share_for_token(token, request.user)
+    return HttpResponse(sharing.shared_file(share, path), content_type="text/plain; charset=utf-8")
+
+
+@extend_schema(request=ForkIn, responses={201: dict})
+@api_view(["POST"])
+def shared_fork(request: Request, token: str) -> Response:
+    share = sharing.share_for_token(token, request.user, for_fork=True)
+    title = request.data.get("title", "") if isinstance(request.data, dict) else ""
+    if not isinstance(title, str):
+        raise InvalidInput("title must be a string.")
+    fork = sharing.fork_shared(share=share, user=request.user, title=title[:200])
+    return Response(session_data(fork), status=status.HTTP_201_CREATED)

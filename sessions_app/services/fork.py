@@ -229,8 +229,10 @@ def fork_session(
     user,  # noqa: ANN001
     message_id: str | None = None,
     title: str = "",
+    tree: str | None = None,
 ) -> Session:
-    """Rule 5.5. Reads only what is persisted, so forking a busy session is fine."""
+    """Rule 5.5. Reads only what is persisted, so forking a busy session is fine. ``tree``:
+    the files to start from when they are known already (a share pins them)."""
     leaf = fork_point(source, message_id)
     fork = Session(
         id=ids.session_id(),
@@ -249,7 +251,7 @@ def fork_session(
             fork.save(force_insert=True)
             if leaf:
                 _walk(cursor, source, leaf, fork.id, now_ms)
-            tree = tree_at(source, leaf)
+            tree = tree or tree_at(source, leaf)
             if leaf:
                 _copy(cursor, source, fork.id, leaf, now_ms)
             HistoryEvent.objects.create(

@@ -42,7 +42,7 @@ def _flow(page, server) -> None:
 
     # -- a new session ----------------------------------------------------------------------------
     page.get_by_role("button", name="New session").click()
-    page.wait_for_url("**/s/*/")
+    page.wait_for_url("**/sessions/ses_*/")
     page.wait_for_selector("#status")
     wait_idle(page)
 
@@ -135,7 +135,7 @@ def _flow(page, server) -> None:
 def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
     login(page, server)
     page.get_by_role("button", name="New session").click()
-    page.wait_for_url("**/s/*/")
+    page.wait_for_url("**/sessions/ses_*/")
     session_id = page.url.rstrip("/").rsplit("/", 1)[-1]
     wait_idle(page)
     for i, name in enumerate(["a", "b", "c"], start=1):

@@ -120,7 +120,7 @@ def _flow(page, server) -> None:
     first_answer.get_by_role(
         "button", name="Fork the session (chat and files) at this message"
     ).click()
-    page.wait_for_url(lambda url: f"/s/{sid}/" not in url and "/s/" in url)
+    page.wait_for_url(lambda url: f"/sessions/{sid}/" not in url and "/sessions/ses_" in url)
     fork_id = page.url.rstrip("/").rsplit("/", 1)[-1]
     wait_idle(page)
     wait_users(page, [turns[0]])
@@ -132,7 +132,7 @@ def _flow(page, server) -> None:
     # The lineage picture shows where it came from.
     page.wait_for_selector("#lineage svg")
     assert "Lineage:" in page.locator("#lineage svg").get_attribute("aria-label")
-    assert page.locator(f'#lineage a[href="/s/{sid}/"]').count() == 1
+    assert page.locator(f'#lineage a[href="/sessions/{sid}/"]').count() == 1
     page.screenshot(path=str(SHOTS / "fork.png"), full_page=True)
     # The source is unchanged.
     assert files_on_disk(server, sid) == {"a.txt": "onemore\n"}

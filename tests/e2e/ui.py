@@ -33,7 +33,7 @@ def login(page, server, username: str = "demo", password: str = "demo-password")
 
 def new_session(page) -> str:
     page.get_by_role("button", name="New session").click()
-    page.wait_for_url("**/s/*/")
+    page.wait_for_url("**/sessions/ses_*/")
     wait_idle(page)
     return page.url.rstrip("/").rsplit("/", 1)[-1]
 
