@@ -13,12 +13,54 @@ from django.views.decorators.http import require_POST
 from .errors import AppError, NotAuthenticated
 from .selectors import session_for_user, sessions_for_user
 from .services import sharing
-from .services.sessions import create_session
+from .services.sessions import create_session, delete_session, rename_session
+
+
+def _list_context(request: HttpRequest, **extra: object) -> dict:
+    query = request.GET.get("q", "").strip()[:200]
+    sessions = list(sessions_for_user(request.user, query).select_related("forked_from_session"))
+    mine = {s.id for s in sessions}
+    for s in sessions:
+        # Lineage, as far as it is mine to see: a fork of another user's shared session
+        # shows that it is a fork, not whose.
+        s.parent_visible = s.forked_from_session_id in mine or (
+            s.forked_from_session is not None and s.forked_from_session.owner_id == request.user.pk
+        )
+    return {"sessions": sessions, "q": query, **extra}
+
+
+def _list_error(request: HttpRequest, exc: AppError) -> HttpResponse:
+    context = _list_context(request, error=exc.message)
+    return render(request, "app/sessions.html", context, status=exc.status_code)
 
 
 @login_required
 def session_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "app/sessions.html", {"sessions": sessions_for_user(request.user)})
+    return render(request, "app/sessions.html", _list_context(request))
+
+
+@login_required
+@require_POST
+def session_rename(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = session_for_user(request.user, session_id)
+    try:
+        rename_session(session=session, title=request.POST.get("title", ""))
+    except AppError as exc:
+        return _list_error(request, exc)
+    return redirect("home")
+
+
+@login_required
+@require_POST
+def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
+    session = session_for_user(request.user, session_id)
+    try:
+        delete_session(session=session)
+    except AppError as exc:
+        return render(
+            request, "app/sessions.html", _list_context(request, error=exc.message), status=409
+        )
+    return redirect("home")
 
 
 @login_required
@@ -27,12 +69,7 @@ def session_new(request: HttpRequest) -> HttpResponse:
     try:
         session = create_session(owner=request.user, title=request.POST.get("title", "").strip())
     except AppError as exc:
-        return render(
-            request,
-            "app/sessions.html",
-            {"sessions": sessions_for_user(request.user), "error": exc.message},
-            status=400,
-        )
+        return _list_error(request, exc)
     return redirect("chat", session_id=session.id)
 
 
@@ -63,6 +100,8 @@ urlpatterns = [
     path("", session_list, name="home"),
     path("sessions/new/", session_new, name="session-new"),
     path("sessions/<str:session_id>/", chat, name="chat"),
+    path("sessions/<str:session_id>/rename/", session_rename, name="session-rename"),
+    path("sessions/<str:session_id>/delete/", session_delete, name="session-delete"),
     path("s/<str:token>/", shared, name="shared"),
     path("s/<str:token>/fork/", shared_fork, name="shared-fork"),
     path(

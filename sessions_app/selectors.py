@@ -22,8 +22,11 @@ def session_for_user(user, session_id: str, *, for_update: bool = False) -> Sess
     return session
 
 
-def sessions_for_user(user):  # noqa: ANN001
-    return Session.objects.filter(owner_id=user.pk).order_by("-id")
+def sessions_for_user(user, query: str = ""):  # noqa: ANN001, ANN201
+    sessions = Session.objects.filter(owner_id=user.pk).order_by("-id")
+    if query:
+        sessions = sessions.filter(title__icontains=query)
+    return sessions
 
 
 def path_ids(leaf_id: str | None) -> list[str]:

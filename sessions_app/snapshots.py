@@ -410,11 +410,15 @@ class Snapshots:
             i += 1
         return sorted(result, key=lambda r: r["file"])
 
-    def diff_text(self, tree: str, other: str, *, limit: int = 200_000) -> str:
-        """The unified diff from ``tree`` to ``other`` (binary files as one line each)."""
+    def diff_text(
+        self, tree: str, other: str, *, paths: list[str] | None = None, limit: int = 200_000
+    ) -> str:
+        """The unified diff from ``tree`` to ``other`` (binary files as one line each),
+        of ``paths`` only when given."""
         if tree == other:
             return ""
-        text = self._git("diff-tree", "-r", "-p", "--no-renames", "--no-color", tree, other)
+        args = ["diff-tree", "-r", "-p", "--no-renames", "--no-color", tree, other]
+        text = self._git(*args, "--", *paths) if paths else self._git(*args)
         return text if len(text) <= limit else text[:limit] + "\n[diff truncated]\n"
 
 

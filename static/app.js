@@ -14,6 +14,7 @@ const buffered = [];
 let refetchTimer = null;
 let children = new Map(); // parent id ("" for roots) -> visible child ids, oldest first
 let checkpoints = new Map(); // message id -> {run_id, index, kind, run_status}
+const openTools = new Set(); // tool cards the user opened (kept across renders)
 let continueFrom = null; // {run_id, index, message_id} while "continue from here" is armed
 
 function csrf() {
@@ -173,7 +174,7 @@ function handle(ev) {
       break;
     }
     case "session.status": setStatus(ev.status); break;
-    case "session.diff": loadFiles(); break;
+    case "session.diff": loadFiles(); loadChanges(); break;
     case "session.updated": {
       const moved = !session || session.head_message_id !== ev.session.head_message_id;
       session = ev.session;
@@ -233,16 +234,25 @@ function renderPart(p) {
   if (p.type === "text") return el("div", "text", p.text);
   if (p.type === "reasoning") return el("div", "reasoning", p.text);
   if (p.type === "tool") {
-    const box = el("div", "tool");
+    // A collapsible card: name, status and target in the summary; input and output inside.
+    const box = el("details", "tool");
     box.dataset.partId = p.id;
     const s = p.state || {};
-    const head = el("div");
+    if (openTools.has(p.id) || s.status === "running" || s.status === "error") box.open = true;
+    const head = el("summary");
+    // The user's choice (a click or Enter on the summary, before the card toggles) is kept;
+    // a card opened because it runs closes again when it is done.
+    head.addEventListener("click", () => {
+      if (box.open) openTools.delete(p.id); else openTools.add(p.id);
+    });
     const meta = s.metadata || {};
     const label = meta.interrupted ? `interrupted (${meta.reason || "?"})` : s.status || "";
     head.append(el("span", "name", p.tool), el("span", "state " + (s.status || ""), label));
     const input = s.input || {};
     head.append(el("span", "muted", input.path ?? input.command ?? (input.seconds !== undefined ? `${input.seconds}s` : "")));
+    head.setAttribute("aria-label", `Tool ${p.tool}, ${label}: show input and output`);
     box.append(head);
+    box.append(el("pre", "input", JSON.stringify(input, null, 1)));
     if (s.status === "completed" && s.output) box.append(el("pre", "output", s.output));
     if (s.status === "error") box.append(el("pre", "error", s.error || "error"));
     return box;
@@ -532,6 +542,34 @@ async function loadLineage() {
   box.replaceChildren(svg);
 }
 
+async function loadChanges() {
+  const list = await call("GET", api("/diff/")).catch(() => []);
+  const ul = document.getElementById("changes");
+  ul.replaceChildren(...list.map((d) => {
+    const li = el("li", "change " + d.status);
+    li.tabIndex = 0;
+    li.setAttribute("role", "button");
+    li.setAttribute("aria-label", `Show the diff of ${d.file}`);
+    li.append(el("code", "", d.file), el("span", "muted", ` ${d.status} +${d.additions} −${d.deletions}`));
+    const show = () => showDiff(d.file);
+    li.addEventListener("click", show);
+    li.addEventListener("keydown", (e) => { if (e.key === "Enter") show(); });
+    return li;
+  }));
+  if (!list.length) ul.replaceChildren(el("li", "muted", "No changes yet."));
+}
+
+async function showDiff(file) {
+  const view = document.getElementById("diff-view");
+  const data = await call("GET", api(`/diff/?file=${encodeURIComponent(file)}`)).catch((err) => ({ patch: err.message }));
+  view.replaceChildren(...(data.patch || "(no textual change)").split("\n").map((line) => {
+    const cls = line.startsWith("+") && !line.startsWith("+++") ? "add"
+      : line.startsWith("-") && !line.startsWith("---") ? "del" : line.startsWith("@@") ? "hunk" : "";
+    return el("span", "line " + cls, line + "\n");
+  }));
+  view.hidden = false;
+}
+
 async function loadFiles() {
   const list = await call("GET", api("/files/")).catch(() => []);
   const ul = document.getElementById("files");
@@ -569,6 +607,7 @@ async function start() {
   for (const ev of buffered.splice(0)) handle(ev);
   render();
   loadFiles();
+  loadChanges();
   loadLineage();
 }
 

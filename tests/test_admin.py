@@ -4,7 +4,9 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
+from sessions_app.models import Session
 from sessions_app.services.sessions import create_session
+from tests.conftest import client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -58,3 +60,37 @@ def test_the_browser_api_keeps_csrf_on(owner):
     client.force_login(owner)
     response = client.post("/api/sessions/", {}, content_type="application/json")
     assert response.status_code == 403
+
+
+def test_the_session_list_searches_renames_deletes_and_shows_forks(owner, outsider):
+    from sessions_app.services.fork import fork_session
+
+    browser = Client()
+    browser.force_login(owner)
+    trip = create_session(owner=owner, title="Trip to Kyoto")
+    create_session(owner=owner, title="Groceries")
+    fork_session(source=trip, user=owner, title="Kyoto, take two")
+    page = browser.get("/?q=kyoto").content.decode()
+    assert "Trip to Kyoto" in page and "Kyoto, take two" in page and "Groceries" not in page
+    assert "fork of" in page
+    browser.post(f"/sessions/{trip.id}/rename/", {"title": "Trip to Osaka"})
+    assert Session.objects.get(id=trip.id).title == "Trip to Osaka"
+    assert browser.post(f"/sessions/{trip.id}/rename/", {"title": " "}).status_code == 400
+    assert (
+        client_for(owner)
+        .patch(f"/api/sessions/{trip.id}/", {"title": "Trip to Nara"}, format="json")
+        .json()["title"]
+        == "Trip to Nara"
+    )
+    assert (
+        client_for(owner)
+        .patch(f"/api/sessions/{trip.id}/", {"owner": 9}, format="json")
+        .status_code
+        == 400
+    )
+    other = Client()
+    other.force_login(outsider)
+    assert other.post(f"/sessions/{trip.id}/delete/").status_code == 404
+    assert other.post(f"/sessions/{trip.id}/rename/", {"title": "x"}).status_code == 404
+    browser.post(f"/sessions/{trip.id}/delete/")
+    assert not Session.objects.filter(id=trip.id).exists()

@@ -61,9 +61,14 @@ def sessions(request: Request) -> Response:
 
 
 @extend_schema(responses={200: dict, 204: None})
-@api_view(["GET", "DELETE"])
+@api_view(["GET", "PATCH", "DELETE"])
 def session_detail(request: Request, session_id: str) -> Response:
     session = session_for_user(request.user, session_id)
+    if request.method == "PATCH":
+        if not isinstance(request.data, dict) or set(request.data) - {"title"}:
+            raise InvalidInput("Only the title of a session can be changed.")
+        title = request.data.get("title")
+        return Response(session_data(session_services.rename_session(session=session, title=title)))
     if request.method == "DELETE":
         session_services.delete_session(session=session)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -148,6 +153,13 @@ def session_cleanup(request: Request, session_id: str) -> Response:
 def session_diff(request: Request, session_id: str) -> Response:
     session = session_for_user(request.user, session_id)
     message_id = request.query_params.get("message_id") or None
+    file = request.query_params.get("file")
+    if file is not None:
+        if not file or len(file) > 4096 or "\0" in file:
+            raise InvalidInput("file must be a path in the worktree.")
+        return Response(
+            revert_services.session_file_diff(session=session, file=file, message_id=message_id)
+        )
     return Response(revert_services.session_diff(session=session, message_id=message_id))
 
 

@@ -260,8 +260,9 @@ def _with_descendants(session: Session, ids: list[str]) -> list[str]:
     return sorted(result)
 
 
-def session_diff(*, session: Session, message_id: str | None = None) -> list[dict]:
-    """Files changed in the whole session (first snapshot → now) or in one turn."""
+def _diff_range(session: Session, message_id: str | None) -> tuple[str, str] | None:
+    """The trees a diff goes between: the first snapshot of the session's active path (or of
+    one turn) and now (or that turn's last snapshot)."""
     path = active_path(session)
     snap = snapshots.for_session(session)
     if message_id:
@@ -281,13 +282,24 @@ def session_diff(*, session: Session, message_id: str | None = None) -> list[dic
         turn = path
     starts = [p.data["snapshot"] for m in turn for p in m.loaded_parts if p.type == "step-start"]
     if not starts:
-        return []
+        return None
     first = starts[0]
     if message_id:
         finishes = [
             p.data["snapshot"] for m in turn for p in m.loaded_parts if p.type == "step-finish"
         ]
-        last = finishes[-1] if finishes else first
-    else:
-        last = snap.track()
-    return snap.diff_stat(first, last)
+        return first, finishes[-1] if finishes else first
+    return first, snap.track()
+
+
+def session_diff(*, session: Session, message_id: str | None = None) -> list[dict]:
+    """Files changed in the whole session (first snapshot → now) or in one turn."""
+    span = _diff_range(session, message_id)
+    return snapshots.for_session(session).diff_stat(*span) if span else []
+
+
+def session_file_diff(*, session: Session, file: str, message_id: str | None = None) -> dict:
+    """One file's unified diff over the same span (the diff viewer)."""
+    span = _diff_range(session, message_id)
+    text = snapshots.for_session(session).diff_text(*span, paths=[file]) if span else ""
+    return {"file": file, "patch": text}

@@ -32,6 +32,17 @@ def create_session(
     return session
 
 
+def rename_session(*, session: Session, title) -> Session:  # noqa: ANN001
+    if not isinstance(title, str) or not title.strip():
+        raise InvalidInput("title must be a non-empty string.")
+    if len(title) > 200:
+        raise InvalidInput("title must be at most 200 characters.")
+    Session.objects.filter(id=session.id).update(title=title.strip())
+    session.refresh_from_db()
+    events.publish_on_commit(session.id, events.SESSION_UPDATED, session=session_data(session))
+    return session
+
+
 def delete_session(*, session: Session) -> None:
     with transaction.atomic():
         locked = Session.objects.select_for_update().get(id=session.id)

@@ -113,6 +113,11 @@ def _flow(page, server) -> None:
     tools = page.locator("#messages .tool")
     assert tools.count() == 2
     write, read = tools.nth(0), tools.nth(1)
+    # Cards are collapsed: the summary says what ran; a click shows input and output.
+    assert not write.locator("pre.output").is_visible()
+    write.locator("summary").click()
+    read.locator("summary").click()
+    assert write.locator("pre.output").is_visible() and write.locator("pre.input").is_visible()
     assert write.locator(".name").inner_text() == "write"
     assert write.locator(".state").inner_text() == "completed"
     assert write.locator(".muted").first.inner_text() == "notes/a.txt"
@@ -127,6 +132,11 @@ def _flow(page, server) -> None:
     entry.click()
     page.wait_for_function("() => !document.getElementById('file-view').hidden")
     assert page.locator("#file-view").inner_text() == "first line"
+    change = page.locator("#changes li", has_text="notes/a.txt")
+    change.wait_for()
+    change.click()
+    page.wait_for_selector("#diff-view .line.add")
+    assert "+first line" in page.locator("#diff-view").inner_text()
     assert page.locator("#error").is_hidden()
 
     page.screenshot(path=str(SCREENSHOT), full_page=True)
