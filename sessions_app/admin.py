@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.db.models import Count, Exists, OuterRef
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -14,6 +15,14 @@ from .selectors import active_path
 from .services import fork as fork_services
 from .services import revert as revert_services
 from .services import rollback as rollback_services
+from .services import sharing
+
+
+def link_to(view: str, pk: str | None, label: str | None = None) -> str:
+    """A link to an admin change page by its url name (no query for the object)."""
+    if not pk:
+        return "–"
+    return format_html('<a href="{}">{}</a>', reverse(view, args=[pk]), label or pk)
 
 
 def admin_link(obj, label: str | None = None) -> str:  # noqa: ANN001
@@ -23,6 +32,47 @@ def admin_link(obj, label: str | None = None) -> str:  # noqa: ANN001
     meta = obj._meta
     url = reverse(f"admin:{meta.app_label}_{meta.model_name}_change", args=[obj.pk])
     return format_html('<a href="{}">{}</a>', url, label or obj.pk)
+
+
+class RevertFilter(admin.SimpleListFilter):
+    title = "revert"
+    parameter_name = "revert"
+
+    def lookups(self, request, model_admin):  # noqa: ANN001, ANN201
+        return [("pending", "pending"), ("none", "none")]
+
+    def queryset(self, request, queryset):  # noqa: ANN001, ANN201
+        if self.value() == "pending":
+            return queryset.filter(revert__isnull=False)
+        if self.value() == "none":
+            return queryset.filter(revert__isnull=True)
+        return queryset
+
+
+class SharedFilter(admin.SimpleListFilter):
+    title = "share link"
+    parameter_name = "shared"
+
+    def lookups(self, request, model_admin):  # noqa: ANN001, ANN201
+        return [("yes", "shared"), ("no", "not shared")]
+
+    def queryset(self, request, queryset):  # noqa: ANN001, ANN201
+        if self.value() in ("yes", "no"):
+            return queryset.filter(is_shared=self.value() == "yes")
+        return queryset
+
+
+class ForkFilter(admin.SimpleListFilter):
+    title = "lineage"
+    parameter_name = "forked"
+
+    def lookups(self, request, model_admin):  # noqa: ANN001, ANN201
+        return [("yes", "forks"), ("no", "originals")]
+
+    def queryset(self, request, queryset):  # noqa: ANN001, ANN201
+        if self.value() in ("yes", "no"):
+            return queryset.filter(forked_from_session__isnull=self.value() == "no")
+        return queryset
 
 
 class OwnedAdmin(admin.ModelAdmin):
@@ -75,13 +125,15 @@ class SessionAdmin(OwnedAdmin):
         "title",
         "owner",
         "status",
+        "message_count",
         "reverted",
+        "shared",
         "forked_from",
         "model",
         "created_at",
     )
-    list_filter = ("status", "model")
-    search_fields = ("id", "title")
+    list_filter = ("status", RevertFilter, SharedFilter, ForkFilter, "model")
+    search_fields = ("id", "title", "owner__username")
     list_select_related = ("owner", "forked_from_session")
     inlines = [MessageInline]
     actions = [
@@ -90,7 +142,29 @@ class SessionAdmin(OwnedAdmin):
         "cleanup_action",
         "rollback_action",
         "fork_action",
+        "revoke_share_action",
     ]
+
+    def get_queryset(self, request: HttpRequest):  # noqa: ANN201
+        live = Share.objects.filter(session=OuterRef("pk"), revoked_at__isnull=True)
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(n_messages=Count("messages", distinct=True), is_shared=Exists(live))
+        )
+
+    @admin.display(description="messages", ordering="n_messages")
+    def message_count(self, obj: Session) -> int:
+        return obj.n_messages
+
+    @admin.display(boolean=True, description="shared", ordering="is_shared")
+    def shared(self, obj: Session) -> bool:
+        return obj.is_shared
+
+    @admin.action(description="Revoke the share link", permissions=["change"])
+    def revoke_share_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
+        revoked = sum(sharing.revoke_share(session=session) for session in queryset)
+        self.message_user(request, f"Revoked {revoked} share link(s).")
 
     @admin.display(description="forked from")
     def forked_from(self, obj: Session) -> str:
@@ -220,9 +294,18 @@ class SessionAdmin(OwnedAdmin):
 @admin.register(Message)
 class MessageAdmin(OwnedAdmin):
     owner_path = "session__owner"
-    list_display = ("id", "session", "role", "run_id", "created_at", "completed_at")
-    list_filter = ("role",)
-    search_fields = ("id", "session__id")
+    list_display = ("id", "session", "role", "parent_link", "run_link", "hidden", "created_at")
+
+    @admin.display(description="parent")
+    def parent_link(self, obj: Message) -> str:
+        return link_to("admin:sessions_app_message_change", obj.parent_id)
+
+    @admin.display(description="run")
+    def run_link(self, obj: Message) -> str:
+        return link_to("admin:runs_app_run_change", obj.run_id)
+
+    list_filter = ("role", "hidden")
+    search_fields = ("id", "session__id", "run_id")
     inlines = [PartInline]
     list_select_related = ("session",)
 

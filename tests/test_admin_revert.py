@@ -4,7 +4,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 
-from sessions_app.models import Message, Session
+from sessions_app.models import HistoryEvent, Message, Session, Share
 from sessions_app.selectors import active_path
 from tests.conftest import client_for, run_turn
 
@@ -16,7 +16,9 @@ CHANGELIST = "/admin/sessions_app/session/"
 def staff(name: str) -> User:
     user = User.objects.create_user(name, password="pw", is_staff=True)
     user.user_permissions.set(
-        Permission.objects.filter(codename__in=["view_session", "change_session", "view_run"])
+        Permission.objects.filter(
+            codename__in=["view_session", "change_session", "view_run", "view_message"]
+        )
     )
     return user
 
@@ -129,3 +131,32 @@ def test_the_run_admin_shows_lineage_links(setup):
     assert b"forked from" in page.content
     detail = client.get(f"/admin/runs_app/run/{fork.json()['id']}/change/")
     assert b"forked from" in detail.content
+
+
+def test_the_session_list_shows_counts_share_state_and_filters(setup):
+    alice, sid, client = setup
+    api = client_for(alice)
+    api.post(f"/api/sessions/{sid}/share/")
+    page = client.get(CHANGELIST).content.decode()
+    assert "column-message_count" in page and "column-shared" in page
+    assert client.get(CHANGELIST + "?shared=yes").content.decode().count(sid) >= 1
+    assert sid not in client.get(CHANGELIST + "?shared=no").content.decode()
+    assert sid not in client.get(CHANGELIST + "?revert=pending").content.decode()
+    messages = client.get("/admin/sessions_app/message/")
+    assert messages.status_code == 200 and b"/admin/runs_app/run/" in messages.content
+
+
+def test_the_admin_revokes_share_links_of_own_sessions_only(setup):
+    alice, sid, client = setup
+    token = client_for(alice).post(f"/api/sessions/{sid}/share/").json()["token"]
+    bob = staff("bob-staff")
+    other = Client()
+    other.force_login(bob)
+    other.post(CHANGELIST, {"action": "revoke_share_action", "_selected_action": [sid]})
+    assert Share.objects.get(token=token).revoked_at is None, "not bob's session"
+    for action in ("resume_action", "abort_action", "unrevert_action", "cleanup_action"):
+        other.post(CHANGELIST, {"action": action, "_selected_action": [sid]})
+    assert not HistoryEvent.objects.filter(session_id=sid, created_by=bob).exists()
+    client.post(CHANGELIST, {"action": "revoke_share_action", "_selected_action": [sid]})
+    assert Share.objects.get(token=token).revoked_at is not None
+    assert client_for(bob).get(f"/api/shared/{token}/").status_code == 404
