@@ -181,6 +181,8 @@ AGENT_ALLOW_SHELL = _env_bool("AGENT_ALLOW_SHELL", False)
 # Share links need a login to read by default; true lets anyone with the link read (never
 # write; forking always needs a login).
 SHARE_ANONYMOUS_READ = _env_bool("SHARE_ANONYMOUS_READ", False)
+# Self sign-up at /signup/ (off: users are added in the admin or with manage.py adduser).
+ALLOW_SIGNUP = _env_bool("ALLOW_SIGNUP", False)
 AGENT_MAX_STEPS = int(os.environ.get("AGENT_MAX_STEPS", "25"))
 # Lease of the per-session busy lock; the running loop renews it every third of this.
 RUN_LEASE_SECONDS = float(os.environ.get("RUN_LEASE_SECONDS", "30"))

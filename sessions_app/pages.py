@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_POST
@@ -96,6 +99,18 @@ def shared_fork(request: HttpRequest, token: str) -> HttpResponse:
     return redirect("chat", session_id=fork.id)
 
 
+def signup(request: HttpRequest) -> HttpResponse:
+    """Self sign-up, only where ``ALLOW_SIGNUP`` is on; otherwise users are added by an admin
+    (the admin, or ``manage.py adduser``)."""
+    if not settings.ALLOW_SIGNUP:
+        raise Http404("Sign-up is off.")
+    form = UserCreationForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        login(request, form.save())
+        return redirect("home")
+    return render(request, "app/signup.html", {"form": form}, status=400 if form.errors else 200)
+
+
 urlpatterns = [
     path("", session_list, name="home"),
     path("sessions/new/", session_new, name="session-new"),
@@ -106,8 +121,12 @@ urlpatterns = [
     path("s/<str:token>/fork/", shared_fork, name="shared-fork"),
     path(
         "login/",
-        auth_views.LoginView.as_view(template_name="app/login.html"),
+        auth_views.LoginView.as_view(
+            template_name="app/login.html",
+            extra_context={"allow_signup": lambda: settings.ALLOW_SIGNUP},
+        ),
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("signup/", signup, name="signup"),
 ]

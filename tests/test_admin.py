@@ -94,3 +94,28 @@ def test_the_session_list_searches_renames_deletes_and_shows_forks(owner, outsid
     assert other.post(f"/sessions/{trip.id}/rename/", {"title": "x"}).status_code == 404
     browser.post(f"/sessions/{trip.id}/delete/")
     assert not Session.objects.filter(id=trip.id).exists()
+
+
+def test_self_signup_only_behind_its_setting(settings, db):
+    assert Client().get("/signup/").status_code == 404
+    assert b"Create an account" not in Client().get("/login/").content
+    settings.ALLOW_SIGNUP = True
+    assert b"Create an account" in Client().get("/login/").content
+    browser = Client()
+    bad = browser.post("/signup/", {"username": "carol", "password1": "a", "password2": "b"})
+    assert bad.status_code == 400
+    ok = browser.post(
+        "/signup/",
+        {"username": "carol", "password1": "long-pass-123", "password2": "long-pass-123"},
+    )
+    assert ok.status_code == 302 and User.objects.filter(username="carol").exists()
+    assert browser.get("/").status_code == 200, "signed in"
+
+
+def test_adduser_adds_a_user_who_can_log_in(db):
+    from django.core.management import call_command
+
+    call_command("adduser", "dave", "--password", "dave-pass-123", "--staff")
+    dave = User.objects.get(username="dave")
+    assert dave.is_staff and not dave.is_superuser and dave.check_password("dave-pass-123")
+    assert Client().login(username="dave", password="dave-pass-123")
