@@ -179,8 +179,10 @@ function handle(ev) {
       const moved = !session || session.head_message_id !== ev.session.head_message_id;
       session = ev.session;
       setStatus(ev.session.status);
-      if (moved && !order.includes(ev.session.head_message_id)) {
-        // The head left the path we show (rollback, branch switch, continue): reload it.
+      const head = ev.session.head_message_id;
+      if (moved && (!order.includes(head) || order[order.length - 1] !== head)) {
+        // The head left the end of the path we show (rollback, a branch switch, continue,
+        // regenerate; from this tab, another one or the admin): show the path to it.
         loadMessages(false).then(() => { render(); refreshTree(); });
       }
       break;

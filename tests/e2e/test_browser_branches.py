@@ -136,3 +136,39 @@ def _flow(page, server) -> None:
     page.screenshot(path=str(SHOTS / "fork.png"), full_page=True)
     # The source is unchanged.
     assert files_on_disk(server, sid) == {"a.txt": "onemore\n"}
+
+
+def test_an_admin_action_shows_live_in_the_open_chat(browser, server):
+    chat_ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    admin_ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    chat, admin = chat_ctx.new_page(), admin_ctx.new_page()
+    for page in (chat, admin):
+        page.set_default_timeout(20_000)
+    try:
+        login(chat, server)
+        sid = new_session(chat)
+        for text in ("say one", "say two"):
+            send(chat, text)
+            wait_idle(chat)
+        wait_users(chat, ["say one", "say two"])
+
+        login(admin, server)
+        admin.goto(f"{server.url}/admin/sessions_app/session/")
+        admin.check(f'input[name="_selected_action"][value="{sid}"]')
+        admin.select_option('select[name="action"]', "rollback_action")
+        admin.click('button[name="index"]')
+        admin.fill("#num_turns", "1")
+        admin.click('input[name="apply"]')
+        admin.wait_for_selector(".messagelist")
+        assert "Rolled back 1 turn(s)" in admin.locator(".messagelist").inner_text()
+
+        # The open chat follows without a reload: the rolled-back turn leaves the view.
+        wait_users(chat, ["say one"])
+        chat.get_by_role("button", name="Switch to the newest later branch").wait_for()
+    except Exception:
+        print(server.logs())
+        chat.screenshot(path=str(SHOTS / "admin-live-failure.png"), full_page=True)
+        raise
+    finally:
+        chat_ctx.close()
+        admin_ctx.close()
