@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.embedded_server import EmbeddedServer
 
-from .stack import Processes
+from .stack import Processes, ServicesServer, services_available
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -36,18 +36,38 @@ def browser():
         browser.close()
 
 
+def _start_server(mode: str):  # noqa: ANN202
+    tmp = Path(tempfile.mkdtemp(prefix=f"agentplat-e2e-{uuid.uuid4().hex[:6]}-"))
+    srv = ServicesServer(tmp) if mode == "services" else EmbeddedServer(tmp)
+    try:
+        srv.start()
+    except Exception:
+        srv.stop()
+        raise
+    return srv, tmp
+
+
 @pytest.fixture(scope="module")
 def server():
-    tmp = Path(tempfile.mkdtemp(prefix=f"agentplat-e2e-{uuid.uuid4().hex[:6]}-"))
-    srv = EmbeddedServer(tmp)
-    srv.start()
+    """The live server of the browser tests: services mode (Daphne, a Celery worker,
+    PostgreSQL, Redis) when the suite has them, as in CI; embedded mode otherwise."""
+    srv, tmp = _start_server("services" if services_available() else "embedded")
+    yield srv
+    srv.stop()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def embedded_server():
+    """Embedded mode (SQLite, in-process runs): what ``./dev serve`` runs."""
+    srv, tmp = _start_server("embedded")
     yield srv
     srv.stop()
     shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture
-def page(browser, server):
+def page(browser):
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(20_000)
     page = context.new_page()

@@ -138,3 +138,56 @@ def services_database_url() -> str:
         pytest.fail("this test needs services mode: DATABASE_URL (PostgreSQL) and REDIS_URL")
     db = connection.settings_dict
     return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+class ServicesServer:
+    """The platform in services mode for browser tests: Daphne and a Celery worker on a
+    PostgreSQL database of its own (created here, dropped at ``stop``) and the suite's Redis.
+    The same face as ``EmbeddedServer``: ``url``, ``tmp``, ``manage``, ``logs``, ``stop``."""
+
+    def __init__(self, tmp: Path) -> None:
+        from urllib.parse import urlparse
+
+        self.tmp = tmp
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        base = urlparse(os.environ["DATABASE_URL"])
+        self.db_name = f"agentplat_ui_{uuid.uuid4().hex[:10]}"
+        self.admin_url = base._replace(path="/postgres").geturl()
+        self.env = base_env(
+            DATABASE_URL=base._replace(path=f"/{self.db_name}").geturl(),
+            REDIS_URL=os.environ["REDIS_URL"],
+            WORKSPACE_ROOT=str(tmp / "workspaces"),
+            SCRIPTED_DEFAULT_PACE_MS="15",
+        )
+        self.procs = Processes()
+        self.url = ""
+
+    def _admin_sql(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(sql)
+
+    def manage(self, *args: str) -> str:
+        return manage(self.env, *args)
+
+    def start(self) -> ServicesServer:
+        self._admin_sql(f'CREATE DATABASE "{self.db_name}"')
+        self.manage("migrate", "-v0")
+        self.manage("ensure_demo_user")
+        self.url = "http://" + self.procs.daphne(self.env, self.tmp)
+        self.procs.worker(self.env, self.tmp)
+        return self
+
+    def logs(self) -> str:
+        return self.procs.logs()
+
+    def stop(self) -> None:
+        self.procs.stop()
+        self._admin_sql(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+
+
+def services_available() -> bool:
+    return os.environ.get("DATABASE_URL", "").startswith("postgres") and bool(
+        os.environ.get("REDIS_URL")
+    )

@@ -19,6 +19,15 @@ PACE_MS = 60
 
 
 def test_a_new_user_chats_reloads_mid_stream_and_uses_tools(page, server):
+    _flow_with_evidence(page, server)
+
+
+def test_the_same_in_embedded_mode(page, embedded_server):
+    """What ``./dev serve`` runs: SQLite, in-process runs, the in-memory channel layer."""
+    _flow_with_evidence(page, embedded_server)
+
+
+def _flow_with_evidence(page, server) -> None:
     try:
         _flow(page, server)
     except Exception:
