@@ -39,7 +39,8 @@ def test_a_share_pins_the_head_and_the_files(api, outsider, shared):
     assert body["files"] == [{"path": "plan.txt", "size": 7}]
     assert [d["file"] for d in body["diff"]] == ["plan.txt"]
     assert viewer.get(f"/api/shared/{link['token']}/files/plan.txt").content == b"day one"
-    assert viewer.get(f"/api/shared/{link['token']}/files/nope.txt").status_code == 404
+    for bad in ("nope.txt", "../plan.txt", "./plan.txt", "a/../../etc/passwd"):
+        assert viewer.get(f"/api/shared/{link['token']}/files/{bad}").status_code == 404
     # The owner moves on, reverts, rolls back: the link shows what was pinned.
     run_turn(api, sid, "write plan.txt day two")
     first = Message.objects.filter(session_id=sid, role="user").order_by("id").first()

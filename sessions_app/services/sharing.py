@@ -112,6 +112,9 @@ def _readable(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def shared_file(share: Share, path: str) -> bytes:
+    parts = path.split("/")
+    if not path or any(p in ("", ".", "..") for p in parts):
+        raise Http404("No such file in this shared conversation.")
     body = snapshots.for_session(share.session).read_blob(share.snapshot, path)
     if body is None:
         raise Http404("No such file in this shared conversation.")
