@@ -20,6 +20,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,10 +102,13 @@ class Snapshots:
         (self.git_dir / "HEAD").write_text("ref: refs/heads/main\n")
 
     # -- the three operations --------------------------------------------------------------
-    def track(self) -> str:
+    def track(self, *, index: str | None = None) -> str:
+        """Snapshot the worktree: its tree id. Only the loop (and the history moves, which run
+        while no loop does) call this: it updates the session's index. Readers use ``peek``.
+        ``index``: a scratch index to use instead."""
         self.ensure()
-        self._git("add", "--all", "--", ".")
-        tree = self._git("write-tree").strip()
+        self._git("add", "--all", "--", ".", index=index)
+        tree = self._git("write-tree", index=index).strip()
         last = self._last_tree()
         limit = settings.SNAPSHOT_MAX_FILE_BYTES
         if tree != last:
@@ -120,10 +124,24 @@ class Snapshots:
                 ]
                 if large:
                     # Large files stay out of snapshots (reported by ``skipped``), never silently.
-                    self._git("rm", "--cached", "--quiet", "--", *large)
-                    tree = self._git("write-tree").strip()
-            (self.git_dir / "last-tree").write_text(tree)
+                    self._git("rm", "--cached", "--quiet", "--", *large, index=index)
+                    tree = self._git("write-tree", index=index).strip()
+            if index is None:
+                (self.git_dir / "last-tree").write_text(tree)
         return tree
+
+    def peek(self) -> str:
+        """The worktree's tree now, for a reader that may run beside the loop (the diff view):
+        the same tree ``track`` would give, made in a scratch copy of the index, so the
+        session's own index (and its lock) is never touched."""
+        self.ensure()
+        with tempfile.TemporaryDirectory(prefix="peek-") as scratch_dir:
+            scratch = os.path.join(scratch_dir, "index")
+            try:
+                shutil.copyfile(self.git_dir / "index", scratch)  # the stat cache: fast
+            except FileNotFoundError:
+                pass
+            return self.track(index=scratch)
 
     def _last_tree(self) -> str:
         try:

@@ -257,3 +257,20 @@ def test_an_aborted_step_still_records_its_snapshot_and_patch(api, sid):
     assert step.completed_at is None
     revert(api, sid, user_messages(sid)[0].id)
     assert not (worktree / "a.txt").exists(), "an aborted step's files can be reverted"
+
+
+def test_the_diff_view_reads_beside_a_running_loop(api, sid):
+    """Seen in CI: the browser's diff panel ran ``git add`` on the session's index while the
+    worker did, and one of them failed on ``index.lock``. Readers now use a scratch index."""
+    run_turn(api, sid, "write a.txt one")
+    session = Session.objects.get(id=sid)
+    (session.worktree / "a.txt").write_text("changed")
+    lock = session.snapshot_dir / "index.lock"
+    lock.write_text("")  # the loop holds the index
+    try:
+        diff = api.get(f"/api/sessions/{sid}/diff/")
+        assert diff.status_code == 200 and [d["file"] for d in diff.json()] == ["a.txt"]
+        patch = api.get(f"/api/sessions/{sid}/diff/?file=a.txt").json()["patch"]
+        assert "+changed" in patch
+    finally:
+        lock.unlink()

@@ -144,3 +144,18 @@ def test_large_and_ignored_files_are_skipped_and_reported(snap, settings):
         {"path": "big.dat", "reason": "large"},
         {"path": "build/", "reason": "ignored"},
     ]
+
+
+def test_peek_gives_the_tree_track_gives_and_leaves_the_index_alone(snap):
+    (snap.worktree / "a.txt").write_text("one")
+    first = snap.track()
+    index = (snap.git_dir / "index").read_bytes()
+    (snap.worktree / "a.txt").write_text("two")
+    (snap.worktree / "b.txt").write_text("new")
+    lock = snap.git_dir / "index.lock"
+    lock.write_text("")  # the loop is in the middle of its own git add
+    peeked = snap.peek()
+    assert (snap.git_dir / "index").read_bytes() == index, "the session's index is untouched"
+    assert (snap.git_dir / "last-tree").read_text() == first
+    lock.unlink()
+    assert snap.track() == peeked

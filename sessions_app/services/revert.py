@@ -97,7 +97,7 @@ def _plan(session: Session, message_id: str, part_id: str | None) -> RevertPlan:
     path = active_path(session)
     boundary = find_boundary(path, session, message_id, part_id)
     snap = snapshots.for_session(session)
-    current = snap.track()
+    current = snap.peek()  # the preview may run beside a loop: never its index
     pending = session.revert or {}
     pre = pending.get("snapshot") or current
     sources = _sources(reverted_parts(path, boundary))
@@ -289,7 +289,7 @@ def _diff_range(session: Session, message_id: str | None) -> tuple[str, str] | N
             p.data["snapshot"] for m in turn for p in m.loaded_parts if p.type == "step-finish"
         ]
         return first, finishes[-1] if finishes else first
-    return first, snap.track()
+    return first, snap.peek()  # a read: never the index the loop is using
 
 
 def session_diff(*, session: Session, message_id: str | None = None) -> list[dict]:
