@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,8 @@ class Snapshots:
         while no loop does) call this: it updates the session's index. Readers use ``peek``.
         ``index``: a scratch index to use instead."""
         self.ensure()
+        if index is None:
+            self._clear_stale_lock()
         self._git("add", "--all", "--", ".", index=index)
         tree = self._git("write-tree", index=index).strip()
         last = self._last_tree()
@@ -129,6 +132,22 @@ class Snapshots:
             if index is None:
                 (self.git_dir / "last-tree").write_text(tree)
         return tree
+
+    def _clear_stale_lock(self, stale_after: float = 30.0) -> None:
+        """Only one writer uses the session's index at a time (the loop that holds the busy
+        lock, or a history move while none does), so an ``index.lock`` that outlives a short
+        wait was left by a git killed mid-write (a worker SIGKILLed): it would fail every
+        snapshot of the session from then on."""
+        lock = self.git_dir / "index.lock"
+        for _ in range(10):
+            try:
+                age = time.time() - lock.stat().st_mtime
+            except FileNotFoundError:
+                return
+            if age > stale_after:
+                lock.unlink(missing_ok=True)
+                return
+            time.sleep(0.1)
 
     def peek(self) -> str:
         """The worktree's tree now, for a reader that may run beside the loop (the diff view):

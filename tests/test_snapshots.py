@@ -159,3 +159,18 @@ def test_peek_gives_the_tree_track_gives_and_leaves_the_index_alone(snap):
     assert (snap.git_dir / "last-tree").read_text() == first
     lock.unlink()
     assert snap.track() == peeked
+
+
+def test_a_stale_index_lock_from_a_killed_git_does_not_break_snapshots(snap):
+    import os
+    import time
+
+    (snap.worktree / "a.txt").write_text("one")
+    snap.track()
+    lock = snap.git_dir / "index.lock"
+    lock.write_text("")
+    old = time.time() - 120
+    os.utime(lock, (old, old))
+    (snap.worktree / "a.txt").write_text("two")
+    tree = snap.track()
+    assert snap._git("cat-file", "-p", f"{tree}:a.txt") == "two"
