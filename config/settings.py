@@ -197,12 +197,31 @@ EMBEDDED_RUN_THREADS = int(os.environ.get("EMBEDDED_RUN_THREADS", "4"))
 # Where runs execute: "celery" (services mode) or "thread" (embedded: in-process pool).
 RUN_EXECUTOR = os.environ.get("RUN_EXECUTOR", "thread" if EMBEDDED else "celery")
 
+# Every record carries its session_id and run_id; LOG_FORMAT=json writes one object a line.
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {"context": {"()": "sessions_app.logs.ContextFilter"}},
+    "formatters": {
+        "text": {
+            "()": "sessions_app.logs.TextFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s: %(message)s",
+        },
+        "json": {"()": "sessions_app.logs.JsonFormatter"},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["context"],
+            "formatter": "json" if os.environ.get("LOG_FORMAT") == "json" else "text",
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+# A run's task is stopped after this long (the soft limit ends the run in "error" first).
+RUN_TIME_LIMIT_SECONDS = int(os.environ.get("RUN_TIME_LIMIT_SECONDS", "3600"))
+CELERY_TASK_TIME_LIMIT = RUN_TIME_LIMIT_SECONDS + 60
+CELERY_TASK_SOFT_TIME_LIMIT = RUN_TIME_LIMIT_SECONDS
 
 # Files larger than this stay out of worktree snapshots (reported in step-finish parts).
 SNAPSHOT_MAX_FILE_BYTES = int(os.environ.get("SNAPSHOT_MAX_FILE_BYTES", str(10 * 1024 * 1024)))

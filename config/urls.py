@@ -5,10 +5,12 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from runs_app.api import views as run_views
+from runs_app.health import health
 from sessions_app import pages
 from sessions_app.api import views as session_views
 
 api = [
+    path("health/", health),
     path("auth/token/", session_views.auth_token),
     path("sessions/", session_views.sessions),
     path("sessions/<str:session_id>/", session_views.session_detail),

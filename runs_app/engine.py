@@ -21,6 +21,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from sessions_app import events, snapshots
+from sessions_app.logs import log_context
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
 from sessions_app.services import lock
@@ -627,7 +628,8 @@ def run_agent(run_id: str) -> bool:
             Run.objects.filter(id=run.id).update(attempts=F("attempts") + 1)
         run.refresh_from_db()
         run.session.refresh_from_db()
-        AgentLoop(run).execute()
+        with log_context(run_id=run.id, session_id=run.session_id):
+            AgentLoop(run).execute()
         return True
     finally:
         close_old_connections()

@@ -22,6 +22,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # forks); "collection": any logged-in user, scoped to their own; "public": no login.
 API = {
     "api/auth/token/": "public",
+    "api/health/": "public",
     "api/sessions/": "collection",
     "api/schema/": "public",
     "api/docs/": "public",
