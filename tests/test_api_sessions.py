@@ -134,3 +134,21 @@ def test_messages_load_in_constant_queries(api, owner):
         assert len(tree) == size
         counts.append(len(ctx.captured_queries))
     assert counts[0] == counts[1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_nul_characters_are_a_400_everywhere(api, owner):
+    """Found by the fuzzer: PostgreSQL cannot store NUL, and it was a 500."""
+    from django.test import Client
+
+    response = api.post("/api/sessions/", {"title": "a\x00b"}, format="json")
+    assert response.status_code == 400 and response.json()["error"]["type"] == "ValidationError"
+    sid = api.post("/api/sessions/", {"title": "ok"}, format="json").json()["id"]
+    run = {"messages": [{"role": "user", "content": "say \x00"}]}
+    assert api.post(f"/api/sessions/{sid}/runs/", run, format="json").status_code == 400
+    assert api.get(f"/api/sessions/{sid}/diff/?message_id=%00").status_code == 400
+    assert api.get(f"/api/sessions/{sid}%00/").status_code in (400, 404)
+    browser = Client()
+    browser.force_login(owner)
+    assert browser.post("/sessions/new/", {"title": "x\x00"}).status_code == 400
+    assert api.get(f"/api/sessions/{sid}/").json()["title"] == "ok"
