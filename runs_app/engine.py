@@ -16,7 +16,13 @@ import time
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connection,
+    transaction,
+)
 from django.db.models import F
 from django.utils import timezone
 
@@ -186,6 +192,18 @@ class AgentLoop:
         except ProviderError as exc:
             status, error = Run.Status.ERROR, {"type": "ProviderError", "message": str(exc)}
             self.fail_last_message(str(exc))
+        except (OperationalError, InterfaceError) as exc:
+            # The database went away under the loop (a restart, a killed connection). What
+            # was checkpointed is kept; the run ends here and can be resumed or continued.
+            log.warning("run %s lost its database connection: %s", run.id, exc)
+            close_old_connections()
+            connection.close()
+            message = (
+                f"The database connection was lost during the run ({str(exc).strip()}). "
+                "What was saved before is kept: resume or continue the run."
+            )
+            status, error = Run.Status.ERROR, {"type": "DatabaseError", "message": message}
+            self.fail_last_message(message)
         except Exception as exc:
             log.exception("run %s failed", run.id)
             status, error = Run.Status.ERROR, {"type": exc.__class__.__name__, "message": str(exc)}
