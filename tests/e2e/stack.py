@@ -182,6 +182,21 @@ class ServicesServer:
     def logs(self) -> str:
         return self.procs.logs()
 
+    def restart_daphne(self) -> None:
+        """Stop the web server hard and start a new one on the same port (a deploy, a crash)."""
+        port = int(self.url.rsplit(":", 1)[1])
+        for proc, log in list(self.procs.procs):
+            if "daphne" in log.name and proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait(10)
+        proc = self.procs.start(
+            "daphne",
+            [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+            self.env,
+            self.tmp,
+        )
+        wait_for_port(port, proc)
+
     def stop(self) -> None:
         self.procs.stop()
         self._admin_sql(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')

@@ -1,0 +1,62 @@
+"""Faults (issue 7): Daphne is killed and started again while a reply streams into an open
+chat. The browser reconnects and catches up: the text it shows only ever grows as a prefix
+of the answer (no gap, no duplicate) and ends as the whole answer."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from .stack import ServicesServer, services_available
+from .ui import login, new_session, send, wait_idle
+
+pytestmark = pytest.mark.timeout(240)
+
+WORDS = 80
+
+
+def test_a_daphne_restart_mid_stream_loses_and_doubles_nothing(page, server):
+    if not isinstance(server, ServicesServer):
+        assert not services_available()
+        pytest.skip("needs services mode (Daphne apart from the worker)")
+    login(page, server)
+    new_session(page)
+    words = [f"w{i}" for i in range(1, WORDS + 1)]
+    expected = " ".join(words)
+    send(page, f"pace 60\nsay {expected}")
+    handle = page.wait_for_function(
+        """() => {
+          const all = document.querySelectorAll('#messages .msg.assistant');
+          const last = all[all.length - 1];
+          const t = last && last.querySelector('.text');
+          return t && t.textContent.split(' ').length >= 5 ? last.dataset.messageId : null;
+        }"""
+    )
+    message_id = handle.json_value()
+    page.evaluate(
+        """(id) => {
+          window.__samples = [];
+          window.__sampler = setInterval(() => {
+            const t = document.querySelector(`[data-message-id="${id}"] .text`);
+            const v = t ? t.textContent : null;
+            if (v !== window.__samples[window.__samples.length - 1]) window.__samples.push(v);
+          }, 10);
+        }""",
+        message_id,
+    )
+    started = time.monotonic()
+    server.restart_daphne()
+    assert time.monotonic() - started < 15
+    wait_idle(page, timeout=60_000)
+    page.wait_for_function(
+        '([id, text]) => document.querySelector(`[data-message-id="${id}"] .text`)'
+        "?.textContent === text",
+        arg=[message_id, expected],
+        timeout=20_000,
+    )
+    samples = page.evaluate("() => { clearInterval(window.__sampler); return window.__samples; }")
+    bad = [s for s in samples if s is not None and not expected.startswith(s)]
+    assert not bad, f"text shown that is not a prefix of the answer: {bad[:3]}"
+    assert any(s and s != expected for s in samples), "the restart did not land mid-stream"
+    assert page.locator(f'[data-message-id="{message_id}"] .text').count() == 1
