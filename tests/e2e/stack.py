@@ -145,17 +145,23 @@ class ServicesServer:
     PostgreSQL database of its own (created here, dropped at ``stop``) and the suite's Redis.
     The same face as ``EmbeddedServer``: ``url``, ``tmp``, ``manage``, ``logs``, ``stop``."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, private_redis: bool = False) -> None:
         from urllib.parse import urlparse
 
         self.tmp = tmp
+        self.redis_port = free_port() if private_redis else None
+        self.redis: subprocess.Popen | None = None
         self.tmp.mkdir(parents=True, exist_ok=True)
         base = urlparse(os.environ["DATABASE_URL"])
         self.db_name = f"agentplat_ui_{uuid.uuid4().hex[:10]}"
         self.admin_url = base._replace(path="/postgres").geturl()
         self.env = base_env(
             DATABASE_URL=base._replace(path=f"/{self.db_name}").geturl(),
-            REDIS_URL=os.environ["REDIS_URL"],
+            REDIS_URL=(
+                f"redis://127.0.0.1:{self.redis_port}/0"
+                if self.redis_port
+                else os.environ["REDIS_URL"]
+            ),
             WORKSPACE_ROOT=str(tmp / "workspaces"),
             SCRIPTED_DEFAULT_PACE_MS="15",
         )
@@ -171,7 +177,35 @@ class ServicesServer:
     def manage(self, *args: str) -> str:
         return manage(self.env, *args)
 
+    def _start_redis(self) -> None:
+        self.redis = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.redis_port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        wait_for_port(self.redis_port, self.redis)
+
+    def restart_redis(self, down_seconds: float = 1.0) -> None:
+        """Redis gone (SIGKILL: every key, group membership included) and back empty."""
+        self.redis.kill()
+        self.redis.wait(10)
+        time.sleep(down_seconds)
+        self._start_redis()
+
     def start(self) -> ServicesServer:
+        if self.redis_port:
+            self._start_redis()
         self._admin_sql(f'CREATE DATABASE "{self.db_name}"')
         self.manage("migrate", "-v0")
         self.manage("ensure_demo_user")
@@ -199,6 +233,9 @@ class ServicesServer:
 
     def stop(self) -> None:
         self.procs.stop()
+        if self.redis is not None and self.redis.poll() is None:
+            self.redis.kill()
+            self.redis.wait(10)
         self._admin_sql(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
 
 
