@@ -1,4 +1,5 @@
-"""``python -m bench [--only streaming|checkpoint|history|memory|snapshots|abort|fork] [--quick]``
+"""``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
+snapshots, abort, fork, load.
 
 Sets up a private environment (database ``agentplat_bench``, Redis db 5, free ports, a temp
 workspace), runs the selected benchmarks, prints each result beside its floor or baseline with
@@ -18,7 +19,7 @@ from typing import Any
 
 from . import env as benv
 
-BENCHES = ("streaming", "checkpoint", "history", "memory", "snapshots", "abort", "fork")
+BENCHES = ("streaming", "checkpoint", "history", "memory", "snapshots", "abort", "fork", "load")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     need = 2 * args.sessions + 20  # loop connection + short heartbeat visits, with margin
     private = args.private_pg == "yes"
     free = None
-    if args.private_pg == "auto" and "streaming" in selected:
+    if args.private_pg == "auto" and ("streaming" in selected or "load" in selected):
         free = benv.free_connections()
         private = free < need
     env = benv.make_env(private_pg=private)
@@ -323,6 +324,14 @@ def main(argv: list[str] | None = None) -> int:
             r = fork.run(env, quick=args.quick)
             results["fork"] = r
             printed.append(fork.report(r))
+            print("\n" + printed[-1] + "\n", flush=True)
+        if "load" in selected:
+            print("bench: load (50 sessions + 200 websockets + API; 100 prompts) ...", flush=True)
+            from . import load
+
+            r = load.run(env, quick=args.quick)
+            results["load"] = r
+            printed.append(load.report(r))
             print("\n" + printed[-1] + "\n", flush=True)
         if "abort" in selected:
             print("bench: abort / recovery ...", flush=True)
