@@ -15,22 +15,12 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
-from .stack import base_env, services_database_url
+from .stack import base_env, services_database_url, wait_until
 
 pytestmark = pytest.mark.timeout(900)
 
 # 3 scenarios a round: 7 rounds kill the worker 21 times (issue 7 asks for 20).
 ROUNDS = int(os.environ.get("CRASH_ROUNDS", "7"))
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def kill_worker(proc) -> None:

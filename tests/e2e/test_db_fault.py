@@ -5,8 +5,6 @@ idle again; every tool part is in a final state (nothing half-written visible)."
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 from django.conf import settings
@@ -14,19 +12,9 @@ from django.contrib.auth.models import User
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
-from .stack import base_env, services_database_url
+from .stack import base_env, services_database_url, wait_until
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def wait_until(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def kill_other_backends() -> int:
