@@ -31,7 +31,19 @@ def real(db, transactional_db, owner):
     run = run_turn(api, sid, "write a.txt x\nsay ok")
     token = api.post(f"/api/sessions/{sid}/share/").json()["token"]
     key = api._credentials["HTTP_AUTHORIZATION"]
-    return {"session_id": sid, "run_id": run["id"], "token": token, "auth": key}
+    yield {"session_id": sid, "run_id": run["id"], "token": token, "auth": key}
+    # Runs the fuzzer started in the background must end before the tables are flushed
+    # (seen in CI: a run still writing deadlocked the teardown's TRUNCATE).
+    from runs_app.models import Run
+    from runs_app.services.runs import cancel_run, wait_for_run
+    from sessions_app.errors import AppError
+
+    for left in Run.objects.exclude(status__in=list(Run.TERMINAL)):
+        try:
+            cancel_run(run=left)
+        except AppError:
+            pass
+        wait_for_run(left, timeout=30)
 
 
 @pytest.mark.django_db(transaction=True)
