@@ -14,13 +14,11 @@ from typing import Any
 
 from django.db import transaction
 
-from sessions_app import events
 from sessions_app.errors import ConflictError, InvalidInput
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import active_path, files_at
 
 from ..models import Run
-from ..selectors import run_data
 from ..transcript import entry_ends
 from .runs import STRATEGIES, admit, check_messages
 
@@ -203,5 +201,4 @@ def _restart(run: Run, user, branch: dict, strategy: str) -> Run:  # noqa: ANN00
         current.error = None
         current.result = None
         current.finished_at = None
-        events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(current))
-        return admit(locked, current)
+        return admit(locked, current)  # admit announces the run (run.updated) after commit
