@@ -28,6 +28,8 @@ from pathlib import Path
 
 from django.conf import settings
 
+from .git_names import git_refuses
+
 
 class SnapshotError(RuntimeError):
     pass
@@ -110,7 +112,7 @@ class Snapshots:
         self.ensure()
         if index is None:
             self._clear_stale_lock()
-        self._git("add", "--all", "--", ".", index=index)
+        self._add_all(index)
         tree = self._git("write-tree", index=index).strip()
         last = self._last_tree()
         limit = settings.SNAPSHOT_MAX_FILE_BYTES
@@ -132,6 +134,28 @@ class Snapshots:
             if index is None:
                 (self.git_dir / "last-tree").write_text(tree)
         return tree
+
+    def _add_all(self, index: str | None) -> None:
+        """``git add --all``, going on past the files git refuses to index (``.GIT/config``,
+        ``git~1``, see ``git_names``): tools refuse to write those, but a shell or the user
+        may make them, and one such file must not stop every snapshot of the session (it
+        stays out, and ``skipped`` reports it). Any other failure is an error."""
+        proc = subprocess.run(
+            ["git", "add", "--all", "--ignore-errors", "--", "."],
+            cwd=self.worktree,
+            env=self._env(index),
+            capture_output=True,
+        )
+        if proc.returncode == 0:
+            return
+        errors = proc.stderr.decode(errors="replace").splitlines()
+        unexpected = [
+            line
+            for line in errors
+            if not line.startswith(("error: invalid path ", "error: unable to add "))
+        ]
+        if proc.returncode != 1 or unexpected:
+            raise SnapshotError(f"git add: {' '.join(unexpected or errors).strip()}")
 
     def _clear_stale_lock(self, stale_after: float = 30.0) -> None:
         """Only one writer uses the session's index at a time (the loop that holds the busy
@@ -179,7 +203,9 @@ class Snapshots:
         others = self._git("ls-files", "--others", "-z", "--", ".")
         for name in filter(None, others.split("\0")):
             path = self.worktree / name
-            if limit and path.is_file() and path.stat().st_size > limit:
+            if git_refuses(name):
+                result.append({"path": name, "reason": "invalid-name"})
+            elif limit and path.is_file() and path.stat().st_size > limit:
                 result.append({"path": name, "reason": "large"})
         ignored = self._git(
             "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"
