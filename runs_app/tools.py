@@ -12,6 +12,9 @@ from typing import Any
 
 from django.conf import settings
 
+from sessions_app.git_names import git_refuses
+from sessions_app.tools_paths import PATH_MAX, check_lengths
+
 
 class ToolError(Exception):
     """A tool failed; the message becomes the tool part's error."""
@@ -61,10 +64,22 @@ def resolve(worktree: Path, relative: Any, *, allow_root: bool = False) -> Path:
     parts = Path(relative).parts
     if ".." in parts:
         raise ToolError(f"Path escapes the worktree: {relative} ('..' is refused).")
-    if ".git" in parts:
+    if any(part == ".git" for part in parts):
         raise ToolError(f"Path {relative} is inside .git, which tools do not touch.")
+    if parts and git_refuses("/".join(parts)):
+        # Snapshots are git trees: a name git refuses would never be recorded, and names
+        # such as .GIT or git~1 are how attacks on git reach its own directory.
+        raise ToolError(f"Path {relative} is a name git refuses (a form of .git); pick another.")
+    try:
+        # Over-long names would reach the filesystem as ENAMETOOLONG, an OSError, not a
+        # tool error the model can read and correct.
+        check_lengths(parts)
+    except ValueError as exc:
+        raise ToolError(f"Invalid path: {exc}") from exc
     root = worktree.resolve()
     target = root.joinpath(*parts) if parts else root
+    if len(os.fsencode(str(target))) >= PATH_MAX:
+        raise ToolError(f"Invalid path: it is longer than {PATH_MAX - 1} bytes.")
     # Follow every symlink on the way; the real location must stay inside the worktree.
     real = Path(os.path.realpath(target))
     if real != root and root not in real.parents:
@@ -103,6 +118,38 @@ def _list(ctx: ToolContext, args: dict[str, Any]) -> str:
     return "\n".join(entries)
 
 
+def worktree_bytes(root: Path) -> int:
+    """Bytes the worktree's files take (as ``ls -l`` counts them; links not followed)."""
+    total, stack = 0, [str(root)]
+    while stack:
+        with os.scandir(stack.pop()) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+                else:
+                    total += entry.stat(follow_symlinks=False).st_size
+    return total
+
+
+def _check_room(ctx: ToolContext, path: Path, size: int) -> None:
+    """Refuse a write that would make the file or the worktree larger than the deployment
+    allows (``WORKTREE_MAX_FILE_BYTES``, ``WORKTREE_MAX_BYTES``): a tool error the model
+    reads, before anything is written."""
+    file_limit, tree_limit = settings.WORKTREE_MAX_FILE_BYTES, settings.WORKTREE_MAX_BYTES
+    if file_limit and size > file_limit:
+        raise ToolError(
+            f"{path.name} would be {size:,} bytes; a file may hold at most {file_limit:,} bytes."
+        )
+    if tree_limit:
+        old = path.stat().st_size if path.is_file() else 0
+        total = worktree_bytes(ctx.worktree) - old + size
+        if total > tree_limit:
+            raise ToolError(
+                f"The worktree would hold {total:,} bytes; it may hold at most {tree_limit:,}."
+                " Delete files first."
+            )
+
+
 def _write_file(path: Path, content: str, *, append: bool) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # O_NOFOLLOW: never write through a symlink swapped in after the check.
@@ -120,6 +167,7 @@ def _write(ctx: ToolContext, args: dict[str, Any]) -> str:
     content = _text_arg(args, "content")
     if path.is_dir():
         raise ToolError(f"{args.get('path')} is a directory.")
+    _check_room(ctx, path, len(content.encode()))
     _write_file(path, content, append=False)
     return f"Wrote {len(content.encode())} bytes to {args.get('path')}."
 
@@ -129,6 +177,8 @@ def _append(ctx: ToolContext, args: dict[str, Any]) -> str:
     content = _text_arg(args, "content")
     if path.is_dir():
         raise ToolError(f"{args.get('path')} is a directory.")
+    old = path.stat().st_size if path.is_file() else 0
+    _check_room(ctx, path, old + len(content.encode()) + 1)
     _write_file(path, content + "\n", append=True)
     return f"Appended {len(content.encode()) + 1} bytes to {args.get('path')}."
 

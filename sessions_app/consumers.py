@@ -1,58 +1,156 @@
-"""``/ws/sessions/{id}/``: one group per session; access checked when the socket connects."""
+"""``/ws/sessions/{id}/``: one group per session. Access is checked when the socket connects
+and again every ``WS_AUTH_RECHECK_SECONDS`` while it stays open: a socket outlives the
+credentials it was opened with (a deactivated or deleted user, a deleted token, a logged-out
+session, a changed password, a deleted conversation), and must stop receiving events then.
+
+The recheck is a poll, not a reaction to signals (STYLE: no logic in signals; users and
+tokens also change through the admin and the ORM, where no service of ours runs)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
+import random
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
+from channels.auth import get_user
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from . import events
+from .api.guards import json_too_deep
 from .models import Session
 
+if TYPE_CHECKING:
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
+
 CLOSE_FORBIDDEN = 4403
+DEFAULT_RECHECK_SECONDS = 5.0
+MIN_RECHECK_SECONDS = 0.1
+
+log = logging.getLogger(__name__)
 
 
 @database_sync_to_async
-def _user_for_token(key: str):  # noqa: ANN202
-    from rest_framework.authtoken.models import Token
-
-    token = Token.objects.select_related("user").filter(key=key).first()
-    return token.user if token and token.user.is_active else None
+def _token_may_see(key: str, session_id: str) -> bool:
+    """The token exists, its user is active and owns the session: one query over primary
+    keys (token key, session id) and the owner's row."""
+    return Session.objects.filter(
+        id=session_id, owner__auth_token__key=key, owner__is_active=True
+    ).exists()
 
 
 @database_sync_to_async
-def _may_see(user, session_id: str) -> bool:  # noqa: ANN001
+def _may_see(user: AbstractBaseUser, session_id: str) -> bool:
     return Session.objects.filter(id=session_id, owner_id=user.pk).exists()
 
 
-class SessionConsumer(AsyncWebsocketConsumer):
+async def _cookie_user(session_key: str | None) -> AbstractBaseUser | AnonymousUser | None:
+    """The user of the Django session ``session_key`` now, resolved as Channels'
+    ``AuthMiddleware`` did at connect (session row, user row, session auth hash). A fresh
+    store: the scope's own has cached the session data read at connect."""
+    if not session_key:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+    return await get_user({"session": store})
+
+
+class SessionConsumer(AsyncJsonWebsocketConsumer):
     group: str | None = None
+    session_id: str = ""
+    token: str | None = None
+    session_key: str | None = None
+    recheck: asyncio.Task | None = None
 
     async def connect(self) -> None:
-        session_id = self.scope["url_route"]["kwargs"]["session_id"]
-        user = self.scope.get("user")
+        self.session_id = self.scope["url_route"]["kwargs"]["session_id"]
         query = parse_qs(self.scope.get("query_string", b"").decode())
         if query.get("token"):
-            user = await _user_for_token(query["token"][0])
+            self.token = query["token"][0]
+        else:
+            self.session_key = self.scope.get("cookies", {}).get(settings.SESSION_COOKIE_NAME)
         # Accept, then close with 4403: a close before accept reaches the client as a bare
         # HTTP 403 without the code.
         await self.accept()
-        if user is None or not user.is_authenticated or not await _may_see(user, session_id):
+        if not await self._allowed(self.scope.get("user")):
             await self.close(code=CLOSE_FORBIDDEN)
             return
-        self.group = events.group_name(session_id)
+        self.group = events.group_name(self.session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        await self.send(text_data=json.dumps({"type": "subscribed", "session_id": session_id}))
+        await self.send_json({"type": "subscribed", "session_id": self.session_id})
+        self.recheck = asyncio.create_task(self._recheck_forever())
 
-    async def disconnect(self, code: int) -> None:
+    async def _allowed(self, user: AbstractBaseUser | AnonymousUser | None = None) -> bool:
+        """Whether the socket's credentials still reach the session. ``user``: the one
+        AuthMiddleware resolved at connect (cookie auth); resolved again when not given."""
+        if self.token is not None:
+            return await _token_may_see(self.token, self.session_id)
+        if user is None:
+            user = await _cookie_user(self.session_key)
+        if user is None or not user.is_authenticated:
+            return False
+        return await _may_see(user, self.session_id)
+
+    async def _recheck_forever(self) -> None:
+        interval = float(getattr(settings, "WS_AUTH_RECHECK_SECONDS", DEFAULT_RECHECK_SECONDS))
+        # 0 (or less) must not turn every socket into a loop of queries; it is not "off".
+        interval = max(interval, MIN_RECHECK_SECONDS)
+        # The first wait is spread over half an interval, so sockets opened together (a page
+        # reload, a server restart) do not query together forever after.
+        delay = interval * random.uniform(0.5, 1.0)
+        while True:
+            await asyncio.sleep(delay)
+            delay = interval
+            try:
+                allowed = await self._allowed()
+            except Exception:
+                # The database is away: keep the socket rather than close every socket of
+                # the site at once; the first recheck that reaches the database decides.
+                log.warning("websocket access recheck failed", exc_info=True)
+                continue
+            if not allowed:
+                await self._revoke()
+                return
+
+    async def _revoke(self) -> None:
+        # Leave the group first: nothing more is sent between the close and the disconnect.
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
+            self.group = None
+        await self.close(code=CLOSE_FORBIDDEN)
+
+    async def disconnect(self, code: int) -> None:
+        if self.recheck is not None:
+            self.recheck.cancel()
+        if self.group:
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+            self.group = None
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
-        if text_data and text_data.strip() == '{"type": "ping"}':
-            await self.send(text_data='{"type": "pong"}')
+        # Binary frames mean nothing here; the parent class would raise on them and end the
+        # socket with an error.
+        if text_data:
+            await self.receive_json(await self.decode_json(text_data))
+
+    @classmethod
+    async def decode_json(cls, text_data: str) -> Any:
+        """None for frames that are not JSON, or nest too deep to decode safely."""
+        if json_too_deep(text_data):
+            return None
+        try:
+            return json.loads(text_data)
+        except ValueError:
+            return None
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if isinstance(content, dict) and content.get("type") == "ping":
+            await self.send_json({"type": "pong"})
 
     async def session_event(self, message: dict) -> None:
+        # Pre-encoded once per session for every listener: sent as it is.
         await self.send(text_data=message["text"])

@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions
 from rest_framework.response import Response
@@ -32,7 +33,30 @@ def _first_message(detail: Any) -> str:
     return text if text.endswith(".") else text + "."
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+def _bad_request_message(exc: BaseException | None) -> str:
+    if isinstance(exc, RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return f"The request body is larger than the limit of {limit:,} bytes."
+    return "The request is malformed."
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | JsonResponse | None:
+    response = _error_response(exc)
+    if response is None:
+        return None
+    media_type = getattr(context.get("request"), "accepted_media_type", None) or ""
+    if not media_type.startswith("application/json"):
+        # DRF renders an error with the view's renderer, or its first one when negotiation
+        # failed (``?format=bogus``): the schema view would answer the error in YAML.
+        return JsonResponse(response.data, status=response.status_code)
+    return response
+
+
+def _error_response(exc: Exception) -> Response | None:
+    if isinstance(exc, SuspiciousOperation):
+        # Django's refusals of a body (over DATA_UPLOAD_MAX_MEMORY_SIZE, too many fields)
+        # surface from ``request.data`` inside the view; Django would answer its HTML 400.
+        return Response(error_body("ValidationError", _bad_request_message(exc)), status=400)
     if isinstance(exc, AppError):
         return Response(error_body(exc.type, exc.message), status=exc.status_code)
     if isinstance(exc, Http404):
@@ -53,6 +77,18 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         name = exc.__class__.__name__
         return Response(error_body(name, _first_message(exc.detail)), status=exc.status_code)
     return None
+
+
+def json_400(request, exception=None):  # noqa: ANN001, ANN201
+    """``handler400``: what Django refuses outside a DRF view (a middleware reading a form
+    body over the limit, too many fields, a bad Host) answers in the JSON shape under /api/."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(
+            error_body("ValidationError", _bad_request_message(exception)), status=400
+        )
+    from django.views.defaults import bad_request
+
+    return bad_request(request, exception)
 
 
 def json_404(request, exception=None):  # noqa: ANN001, ANN201

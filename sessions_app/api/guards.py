@@ -1,37 +1,86 @@
-"""Input that no text column can store: NUL characters. PostgreSQL refuses them (a 500 if it
-reached the database; found by the fuzzer), so they are turned away at the door with a 400:
-in JSON bodies (the API's parser), and in the path, the query string and form bodies (a
-middleware, for the pages and the API alike)."""
+"""Input turned away at the door with a 400, before anything recurses over it or stores it.
+
+NUL characters: PostgreSQL refuses them in text (a 500 if it reached the database; found by
+the fuzzer): in JSON bodies (the API's parser), and in the path, the query string and form
+bodies (a middleware, for the pages and the API alike).
+
+Deep nesting: ``json`` decodes, and DRF fields, serializers and ``jsonschema`` walk, nested
+values recursively; a body nested a few hundred levels deep ended in a RecursionError (a 500,
+issue 12). The parser measures the depth on the raw text, iteratively, before decoding."""
 
 from __future__ import annotations
 
+import io
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import JSONParser, get_encoding
 
 from .errors import error_body
 
 MESSAGE = "Text must not contain NUL characters."
 FORMS = ("application/x-www-form-urlencoded", "multipart/form-data")
+# Far above what any request of the API needs (a run's output_schema is the deepest, a
+# handful of levels), far below what Python's recursion limit lets the walkers reach.
+MAX_JSON_DEPTH = 64
+DEPTH_MESSAGE = f"The JSON body is nested deeper than {MAX_JSON_DEPTH} levels."
+
+# A JSON string literal (escapes included) and runs of anything that is not a bracket: what
+# is left after removing both is the document's bracket structure.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def json_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether the JSON ``text`` nests arrays/objects deeper than ``limit``; no recursion.
+    Malformed text is measured as well as it can be; the decoder refuses it afterwards."""
+    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
+    if len(brackets) <= limit:
+        return False
+    depth = 0
+    for char in brackets:
+        if char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        else:
+            depth -= 1
+    return False
 
 
 def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
+    # Iterative: the depth bound makes recursion safe today, but this walk must not be the
+    # next thing to fall over if the bound moves.
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
     return False
 
 
 class StrictJSONParser(JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):  # noqa: ANN001, ANN201
-        data = super().parse(stream, media_type, parser_context)
+        raw = stream.read() if stream is not None else b""
+        # DRF's choice of charset: text codecs only (a bytes codec could inflate the body).
+        encoding = get_encoding(parser_context or {})
+        try:
+            text = raw.decode(encoding)
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"JSON parse error - {exc}") from exc
+        if json_too_deep(text):
+            raise ParseError(DEPTH_MESSAGE)
+        data = super().parse(io.BytesIO(raw), media_type, parser_context)
         if _has_nul(data):
             raise ParseError(MESSAGE)
         return data

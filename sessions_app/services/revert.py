@@ -16,6 +16,7 @@ from .. import events, snapshots
 from ..errors import InvalidInput, NotFoundError, SessionBusyError
 from ..models import HistoryEvent, Message, Part, Session
 from ..selectors import active_path, session_data
+from ..tools_paths import plain_relative
 from . import lock
 
 EMPTY_SUMMARY = {"additions": 0, "deletions": 0, "files": 0}
@@ -299,7 +300,12 @@ def session_diff(*, session: Session, message_id: str | None = None) -> list[dic
 
 
 def session_file_diff(*, session: Session, file: str, message_id: str | None = None) -> dict:
-    """One file's unified diff over the same span (the diff viewer)."""
+    """One file's unified diff over the same span (the diff viewer). ``file`` must be a plain
+    relative path: git answers a name outside the tree (``../x``) with an error of its own."""
+    try:
+        plain_relative(file)
+    except ValueError as exc:
+        raise InvalidInput(f"file: {exc}") from exc
     span = _diff_range(session, message_id)
     text = snapshots.for_session(session).diff_text(*span, paths=[file]) if span else ""
     return {"file": file, "patch": text}
