@@ -19,6 +19,9 @@ class RunAdmin(OwnedAdmin):
     list_filter = ("status", "mode")
     search_fields = ("id", "session__id", "forked_from_run__id")
     list_select_related = ("session",)
+    # Related sessions and users render as their str() (a title, a username): the lineage
+    # column and ``started_by`` show what the owner may see instead.
+    exclude = ("forked_from_session", "created_by")
 
     @admin.display(description="lineage")
     def lineage(self, obj: Run) -> str:
@@ -40,8 +43,17 @@ class RunAdmin(OwnedAdmin):
         # Each bit is already escaped by format_html.
         return mark_safe("<br>".join(bits)) if bits else "–"  # noqa: S308
 
+    @admin.display(description="started by")
+    def started_by(self, obj: Run) -> str:
+        """Who started the run, when it is the session's owner (a run copied from another
+        user's session by a fork names nobody: what the API shows a non-owner)."""
+        if obj.created_by_id is None or obj.created_by_id != obj.session.owner_id:
+            return "–"
+        return obj.created_by.get_username() if obj.created_by else "–"
+
     def get_readonly_fields(self, request: HttpRequest, obj=None):  # noqa: ANN001, ANN201
-        return [*super().get_readonly_fields(request, obj), "lineage"]
+        fields = [f for f in super().get_readonly_fields(request, obj) if f not in self.exclude]
+        return [*fields, "lineage", "started_by"]
 
 
 admin.site.unregister(Session)

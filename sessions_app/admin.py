@@ -134,7 +134,9 @@ class SessionAdmin(OwnedAdmin):
     )
     list_filter = ("status", RevertFilter, SharedFilter, ForkFilter, "model")
     search_fields = ("id", "title", "owner__username")
-    list_select_related = ("owner", "forked_from_session")
+    list_select_related = ("owner",)
+    # A related session renders as its str() (with its title): shown by ``forked_from``.
+    exclude = ("forked_from_session",)
     inlines = [MessageInline]
     actions = [
         "revert_action",
@@ -168,7 +170,9 @@ class SessionAdmin(OwnedAdmin):
 
     @admin.display(description="forked from")
     def forked_from(self, obj: Session) -> str:
-        return admin_link(obj.forked_from_session)
+        # The id only, as the API shows it: a fork of another user's shared session must
+        # not show that session's (current) title.
+        return link_to("admin:sessions_app_session_change", obj.forked_from_session_id)
 
     @admin.action(description="Roll back N user turns…", permissions=["change"])
     def rollback_action(self, request: HttpRequest, queryset) -> HttpResponse | None:  # noqa: ANN001
@@ -288,7 +292,8 @@ class SessionAdmin(OwnedAdmin):
             self.message_user(request, f"{verb} {done} session(s).")
 
     def get_readonly_fields(self, request: HttpRequest, obj=None):  # noqa: ANN001, ANN201
-        return [f.name for f in self.model._meta.fields if f.name != "title"]
+        fields = [f.name for f in self.model._meta.fields if f.name != "title"]
+        return [("forked_from" if f == "forked_from_session" else f) for f in fields]
 
 
 @admin.register(Message)

@@ -38,3 +38,8 @@ class ConflictError(AppError):
 class NotAuthenticated(AppError):
     status_code = 401
     type = "NotAuthenticated"
+
+
+class QuotaExceeded(AppError):
+    status_code = 429
+    type = "QuotaExceeded"

@@ -154,8 +154,21 @@ class HistoryEvent(models.Model):
 class Share(models.Model):
     token = models.CharField(primary_key=True, max_length=64, default=ids.share_token)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="shares")
-    message = models.ForeignKey(Message, null=True, blank=True, on_delete=models.SET_NULL)
+    # The pinned message; null pins the empty conversation. No constraint and no action on
+    # delete: when a cleanup deletes the pinned message the id stays, and the link answers
+    # 404 (SEMANTICS 6.3) instead of turning into an empty pin that a fork would read as
+    # "the head".
+    message = models.ForeignKey(
+        Message,
+        null=True,
+        blank=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
     snapshot = models.CharField(max_length=64, blank=True, default="")
+    # The owner's system prompt goes with the link only when they say so (SEMANTICS 6.4).
+    include_system_prompt = models.BooleanField(default=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)

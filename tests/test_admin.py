@@ -119,3 +119,33 @@ def test_adduser_adds_a_user_who_can_log_in(db):
     dave = User.objects.get(username="dave")
     assert dave.is_staff and not dave.is_superuser and dave.check_password("dave-pass-123")
     assert Client().login(username="dave", password="dave-pass-123")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_admin_shows_a_share_fork_what_the_api_shows_a_non_owner(db):
+    """Issue 12.7: the forker's admin shows neither the source's (current) title nor who ran
+    its runs."""
+    from runs_app.models import Run
+    from tests.conftest import run_turn
+
+    alice, bob = staff("alice-staff"), staff("bob-staff")
+    source_api = client_for(alice)
+    sid = source_api.post("/api/sessions/", {"title": "first"}, format="json").json()["id"]
+    run_turn(source_api, sid, "say hi")
+    token = source_api.post(f"/api/sessions/{sid}/share/").json()["token"]
+    fork_id = client_for(bob).post(f"/api/shared/{token}/fork/").json()["id"]
+    Session.objects.filter(id=sid).update(title="renamed-after-the-fork")
+    copied = Run.objects.get(session_id=fork_id)
+    Run.objects.filter(id=copied.id).update(created_by=alice)  # as a fork before the fix did
+    client = Client()
+    client.force_login(bob)
+    for url in (
+        "/admin/sessions_app/session/",
+        f"/admin/sessions_app/session/{fork_id}/change/",
+        f"/admin/runs_app/run/{copied.id}/change/",
+        "/admin/runs_app/run/",
+    ):
+        page = client.get(url)
+        assert page.status_code == 200, url
+        body = page.content.decode()
+        assert "renamed-after-the-fork" not in body and "alice-staff" not in body, url

@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from sessions_app.models import Message, Session
+from sessions_app.models import Message, Session, Share
 from tests.conftest import client_for, run_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -132,3 +132,98 @@ def test_the_shared_page_and_its_fork_button(outsider, shared):
     fork_id = response["Location"].strip("/").split("/")[-1]
     assert Session.objects.get(id=fork_id).owner == outsider
     assert browser.get(response["Location"]).status_code == 200
+
+
+def test_an_empty_pin_shows_and_forks_the_empty_conversation(api, outsider):
+    """Issue 12.1: a share of an empty conversation never turns into "the head"."""
+    sid = api.post("/api/sessions/", {"title": "later"}, format="json").json()["id"]
+    link = api.post(f"/api/sessions/{sid}/share/").json()
+    assert link["message_id"] is None
+    run_turn(api, sid, "write secret.txt after the pin\nsay the secret answer")
+    viewer = client_for(outsider)
+    body = viewer.get(f"/api/shared/{link['token']}/").json()
+    assert body["messages"] == [] and body["files"] == [] and body["diff"] == []
+    assert viewer.get(f"/api/shared/{link['token']}/files/secret.txt").status_code == 404
+    fork = viewer.post(f"/api/shared/{link['token']}/fork/").json()
+    copy = Session.objects.get(id=fork["id"])
+    assert fork["head_message_id"] is None and not Message.objects.filter(session=copy).exists()
+    assert not (copy.worktree / "secret.txt").exists()
+    assert viewer.get(f"/api/sessions/{fork['id']}/files/").json() == []
+    # The page's fork button copies the same nothing.
+    browser = Client()
+    browser.force_login(outsider)
+    page_fork = browser.post(f"{link['url']}fork/")["Location"].strip("/").split("/")[-1]
+    assert not Message.objects.filter(session_id=page_fork).exists()
+    assert not (Session.objects.get(id=page_fork).worktree / "secret.txt").exists()
+
+
+def test_a_pin_that_a_cleanup_deleted_answers_404(api, outsider):
+    """Issue 12.1: revert past the pin and clean up: the link is dead, it never shows or
+    forks the head."""
+    sid = api.post("/api/sessions/", {"title": "t"}, format="json").json()["id"]
+    run_turn(api, sid, "write a.txt one")
+    run_turn(api, sid, "write b.txt two")
+    link = api.post(f"/api/sessions/{sid}/share/").json()
+    run_turn(api, sid, "write c.txt three")
+    second = Message.objects.filter(session_id=sid, role="user").order_by("id")[1]
+    api.post(f"/api/sessions/{sid}/revert/", {"message_id": second.id}, format="json")
+    assert api.post(f"/api/sessions/{sid}/cleanup/").status_code == 200
+    assert not Message.objects.filter(id=link["message_id"]).exists()
+    assert Share.objects.get(token=link["token"]).message_id == link["message_id"]
+    viewer = client_for(outsider)
+    for response in (
+        viewer.get(f"/api/shared/{link['token']}/"),
+        viewer.get(f"/api/shared/{link['token']}/files/a.txt"),
+        viewer.post(f"/api/shared/{link['token']}/fork/"),
+    ):
+        assert response.status_code == 404 and response.json()["error"]["type"] == "NotFound"
+    browser = Client()
+    browser.force_login(outsider)
+    assert browser.get(link["url"]).status_code == 404
+    assert browser.post(f"{link['url']}fork/").status_code == 404
+    assert not Session.objects.filter(owner=outsider).exists()
+
+
+def test_the_system_prompt_is_shared_only_when_the_owner_says_so(api, outsider):
+    """Issue 12.2 / SEMANTICS 6.4."""
+    secret = "SECRET INSTRUCTIONS 7f3a"
+    sid = api.post("/api/sessions/", {"title": "t", "system_prompt": secret}, format="json").json()[
+        "id"
+    ]
+    run_turn(api, sid, "say hi")
+    link = api.post(f"/api/sessions/{sid}/share/").json()
+    assert link["include_system_prompt"] is False
+    viewer = client_for(outsider)
+    assert secret not in viewer.get(f"/api/shared/{link['token']}/").content.decode()
+    browser = Client()
+    browser.force_login(outsider)
+    assert secret not in browser.get(link["url"]).content.decode()
+    fork = viewer.post(f"/api/shared/{link['token']}/fork/").json()
+    assert fork["system_prompt"] == ""
+    runs = viewer.get(f"/api/sessions/{fork['id']}/runs/").json()
+    transcript = viewer.get(f"/api/runs/{runs[0]['id']}/messages/").json()
+    assert transcript[0]["role"] == "user" and secret not in str(transcript)
+    # Shared with it: shown and copied.
+    link = api.post(
+        f"/api/sessions/{sid}/share/", {"include_system_prompt": True}, format="json"
+    ).json()
+    assert link["include_system_prompt"] is True
+    assert viewer.get(f"/api/shared/{link['token']}/").json()["session"]["system_prompt"] == secret
+    assert secret in browser.get(link["url"]).content.decode()
+    fork = viewer.post(f"/api/shared/{link['token']}/fork/").json()
+    assert fork["system_prompt"] == secret
+    bad = api.post(f"/api/sessions/{sid}/share/", {"include_system_prompt": "x"}, format="json")
+    assert bad.status_code == 400 and bad.json()["error"]["type"] == "ValidationError"
+
+
+def test_a_share_fork_does_not_name_who_ran_the_source(api, owner, outsider, shared):
+    """Issue 12.7: copied runs do not carry the source owner's user."""
+    from runs_app.models import Run
+
+    sid, link = shared
+    assert Run.objects.filter(session_id=sid, created_by=owner).exists()
+    fork = client_for(outsider).post(f"/api/shared/{link['token']}/fork/").json()
+    copied = Run.objects.filter(session_id=fork["id"])
+    assert copied.exists() and not copied.filter(created_by=owner).exists()
+    own = api.post(f"/api/sessions/{sid}/fork/", {}, format="json").json()
+    assert Run.objects.filter(session_id=own["id"], created_by=owner).exists()

@@ -6,7 +6,9 @@ from rest_framework import serializers
 class SessionIn(serializers.Serializer):
     title = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
     model = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
-    system_prompt = serializers.CharField(required=False, allow_blank=True, default="")
+    system_prompt = serializers.CharField(
+        required=False, allow_blank=True, max_length=100_000, default=""
+    )
     checkpoint = serializers.CharField(required=False, allow_blank=True, default="")
 
 
@@ -31,3 +33,7 @@ class RollbackIn(serializers.Serializer):
 class ForkIn(serializers.Serializer):
     message_id = serializers.CharField(max_length=40, required=False, allow_null=True, default=None)
     title = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+
+
+class ShareIn(serializers.Serializer):
+    include_system_prompt = serializers.BooleanField(required=False, default=False)

@@ -32,6 +32,7 @@ from django.db import connection, transaction
 from .. import ids, snapshots
 from ..errors import NotFoundError
 from ..models import HistoryEvent, Message, Part, Session
+from .sessions import check_session_quota
 
 PATH = (
     "path(id, parent_id) AS ("
@@ -146,7 +147,15 @@ def _walk(cursor, source: Session, leaf: str, salt: str, now_ms: int) -> None:  
     )
 
 
-def _copy(cursor, source: Session, new_id: str, leaf: str, now_ms: int) -> None:  # noqa: ANN001
+def _copy(
+    cursor,  # noqa: ANN001
+    source: Session,
+    new_id: str,
+    leaf: str,
+    now_ms: int,
+    *,
+    same_owner: bool,
+) -> None:
     from runs_app.models import Run
 
     unfinished = "r.status IN ('pending', 'running')"
@@ -198,6 +207,8 @@ def _copy(cursor, source: Session, new_id: str, leaf: str, now_ms: int) -> None:
                 "replaced_by": "fb.new_id",
                 "branch": "NULL",
                 "task_id": "''",
+                # Who started the source's runs is not the forker's business (a share fork).
+                "created_by_id": "r.created_by_id" if same_owner else "NULL",
             },
             f"FROM {FORK_RUNS} fr JOIN runs_app_run r ON r.id = fr.id"
             f" LEFT JOIN {FORK_PATH} pi ON pi.id = r.input_message_id"
@@ -229,17 +240,37 @@ def fork_session(
     user,  # noqa: ANN001
     message_id: str | None = None,
     title: str = "",
-    tree: str | None = None,
 ) -> Session:
-    """Rule 5.5. Reads only what is persisted, so forking a busy session is fine. ``tree``:
-    the files to start from when they are known already (a share pins them)."""
-    leaf = fork_point(source, message_id)
+    """Rule 5.5: the path root → ``message_id`` (default: the head, before a pending revert's
+    boundary) and the files there. Reads only what is persisted, so forking a busy session
+    is fine."""
+    return copy_path(
+        source=source,
+        user=user,
+        leaf=fork_point(source, message_id),
+        title=title,
+        system_prompt=source.system_prompt,
+    )
+
+
+def copy_path(
+    *,
+    source: Session,
+    user,  # noqa: ANN001
+    leaf: str | None,
+    title: str = "",
+    tree: str | None = None,
+    system_prompt: str = "",
+) -> Session:
+    """A new session of ``user`` with exactly the path root → ``leaf`` (``None``: the empty
+    conversation; never "the head") and the files of ``tree`` (default: the tree recorded at
+    ``leaf``)."""
     fork = Session(
         id=ids.session_id(),
         owner=user,
         title=(title or f"Fork of {source.title}".strip())[:200],
         model=source.model,
-        system_prompt=source.system_prompt,
+        system_prompt=system_prompt,
         checkpoint=source.checkpoint,
         forked_from_session=source,
         forked_from_message_id=leaf,
@@ -248,12 +279,13 @@ def fork_session(
     snap = snapshots.for_session(fork)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
+            check_session_quota(user)
             fork.save(force_insert=True)
             if leaf:
                 _walk(cursor, source, leaf, fork.id, now_ms)
             tree = tree or tree_at(source, leaf)
             if leaf:
-                _copy(cursor, source, fork.id, leaf, now_ms)
+                _copy(cursor, source, fork.id, leaf, now_ms, same_owner=source.owner_id == user.pk)
             HistoryEvent.objects.create(
                 session=fork,
                 kind="fork",

@@ -3,10 +3,11 @@ from __future__ import annotations
 import shutil
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from .. import events
-from ..errors import InvalidInput, NotFoundError, SessionBusyError
+from ..errors import InvalidInput, NotFoundError, QuotaExceeded, SessionBusyError
 from ..models import Message, Session
 from ..selectors import session_data
 from . import lock
@@ -21,15 +22,31 @@ def create_session(
     model = model or settings.AGENT_MODEL
     if model != "scripted" and not model.startswith("openai:"):
         raise InvalidInput("model must be 'scripted' or 'openai:<model>'.")
-    session = Session.objects.create(
-        owner=owner,
-        title=title[:200] or "New session",
-        model=model,
-        system_prompt=system_prompt,
-        checkpoint=checkpoint,
-    )
+    with transaction.atomic():
+        check_session_quota(owner)
+        session = Session.objects.create(
+            owner=owner,
+            title=title[:200] or "New session",
+            model=model,
+            system_prompt=system_prompt,
+            checkpoint=checkpoint,
+        )
     session.worktree.mkdir(parents=True, exist_ok=True)
     return session
+
+
+def check_session_quota(owner) -> None:  # noqa: ANN001
+    """Refuse a new session (created, forked or imported) past ``SESSIONS_PER_USER_MAX``.
+    Call inside the transaction that creates it: the owner's row is locked, so two requests
+    at once cannot both take the last place."""
+    limit = settings.SESSIONS_PER_USER_MAX
+    if not limit:
+        return
+    get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
+    if Session.objects.filter(owner_id=owner.pk).count() >= limit:
+        raise QuotaExceeded(
+            f"You have {limit:,} sessions, the most this deployment allows; delete some first."
+        )
 
 
 def rename_session(*, session: Session, title) -> Session:  # noqa: ANN001

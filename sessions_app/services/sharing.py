@@ -1,8 +1,10 @@
 """Sharing (SEMANTICS 6): a link that pins a point of a session — its head and its files —
 for others to read and fork, never to write. Re-sharing moves the pin (same link); revoking
 makes the link answer 404. What the owner does later (revert, rollback, new turns) does not
-change what the link shows: the pinned message's path is never deleted by those moves, and
-the files come from the pinned snapshot, not the worktree."""
+change what the link shows or what a fork of it copies: both read the pinned path (never the
+head; a null pin is the empty conversation) and the pinned snapshot (never the worktree). A
+cleanup that deletes the pinned message kills the link (404). The owner's system prompt goes
+with the link only when shared with ``include_system_prompt``."""
 
 from __future__ import annotations
 
@@ -16,12 +18,24 @@ from django.utils import timezone
 
 from .. import snapshots
 from ..errors import NotAuthenticated
-from ..models import Session, Share
-from ..selectors import active_path, files_at, message_data
-from .fork import fork_point, fork_session
+from ..models import Message, Part, Session, Share
+from ..selectors import (
+    active_path,
+    files_at,
+    message_data,
+    message_page,
+    path_ids,
+)
+from ..tools_paths import PATH_MAX
+from .fork import copy_path, fork_point
 
 
-def share_session(*, session: Session, user) -> Share:  # noqa: ANN001
+def share_session(
+    *,
+    session: Session,
+    user,  # noqa: ANN001
+    include_system_prompt: bool = False,
+) -> Share:
     """Pin the session's head (before a pending revert's boundary) and the files there."""
     message_id = fork_point(session, None)
     path = active_path(session, leaf_id=message_id) if message_id else []
@@ -37,6 +51,7 @@ def share_session(*, session: Session, user) -> Share:  # noqa: ANN001
             share = Share(session=session, created_by=user)
         share.message_id = message_id
         share.snapshot = tree
+        share.include_system_prompt = include_system_prompt
         share.save()
     return share
 
@@ -57,7 +72,11 @@ def share_for_token(token: str, user, *, for_fork: bool = False) -> Share:  # no
         if isinstance(token, str) and len(token) <= 64
         else None
     )
-    if share is None:
+    if share is None or (
+        share.message_id
+        and not Message.objects.filter(id=share.message_id, session_id=share.session_id).exists()
+    ):
+        # Revoked, or its pinned message is gone (a cleanup): never fall back to the head.
         raise Http404("No such shared conversation.")
     if not getattr(user, "is_authenticated", False) and (
         for_fork or not settings.SHARE_ANONYMOUS_READ
@@ -76,16 +95,21 @@ def share_link(share: Share) -> dict[str, Any]:
         "url": f"/s/{share.token}/",
         "message_id": share.message_id,
         "snapshot": share.snapshot,
+        "include_system_prompt": share.include_system_prompt,
     }
 
 
-def shared_data(share: Share) -> dict[str, Any]:
-    """What a share shows: the pinned path, the pinned files, and what the conversation did
-    to them (from the files before its first step to the pin)."""
+def shared_data(
+    share: Share, *, limit: int | None = None, before: str | None = None
+) -> dict[str, Any]:
+    """What a share shows: a page of the pinned path (the page nearest the pin first;
+    ``before`` names the id of the older page), the pinned files, and what the
+    conversation did to them (from the files before its first step to the pin)."""
     session = share.session
-    path = active_path(session, leaf_id=share.message_id) if share.message_id else []
+    ids = path_ids(share.message_id) if share.message_id else []
+    page = message_page(ids, limit=limit or settings.API_PAGE_DEFAULT, before=before)
     snap = snapshots.for_session(session)
-    start = files_at(path, 0) or snapshots.EMPTY_TREE
+    start = _first_snapshot(ids) or snapshots.EMPTY_TREE
     tree = share.snapshot or snapshots.EMPTY_TREE
     return {
         **share_link(share),
@@ -94,12 +118,25 @@ def shared_data(share: Share) -> dict[str, Any]:
             "title": session.title,
             "owner": session.owner.get_username(),
             "model": session.model,
+            "system_prompt": session.system_prompt if share.include_system_prompt else None,
             "created_at": session.created_at.isoformat().replace("+00:00", "Z"),
         },
-        "messages": [_readable(message_data(m)) for m in path],
+        "messages": [_readable(message_data(m)) for m in page.messages],
+        "previous_before": page.before,
         "files": snap.list_tree(tree),
         "diff": snap.diff_stat(start, tree),
     }
+
+
+def _first_snapshot(ids: list[str]) -> str | None:
+    """The files before the path's first step (path order is id order)."""
+    first = (
+        Part.objects.filter(message_id__in=ids, type=Part.Type.STEP_START)
+        .order_by("message_id", "order")
+        .values_list("data", flat=True)
+        .first()
+    )
+    return (first or {}).get("snapshot")
 
 
 def _readable(message: dict[str, Any]) -> dict[str, Any]:
@@ -113,7 +150,9 @@ def _readable(message: dict[str, Any]) -> dict[str, Any]:
 
 def shared_file(share: Share, path: str) -> bytes:
     parts = path.split("/")
-    if not path or any(p in ("", ".", "..") for p in parts):
+    # Over PATH_MAX no file has that name, and as git's argument it can exceed the kernel's
+    # limit for one (E2BIG, an OSError: a 500).
+    if not path or any(p in ("", ".", "..") for p in parts) or len(path) >= PATH_MAX:
         raise Http404("No such file in this shared conversation.")
     body = snapshots.for_session(share.session).read_blob(share.snapshot, path)
     if body is None:
@@ -122,11 +161,14 @@ def shared_file(share: Share, path: str) -> bytes:
 
 
 def fork_shared(*, share: Share, user, title: str = "") -> Session:  # noqa: ANN001
-    """The caller's own copy of what the share pins: chat and files, lineage to the source."""
-    return fork_session(
-        source=share.session,
+    """The caller's own copy of exactly what the share pins — the pinned path (none for an
+    empty pin) and the pinned files — with lineage to the source."""
+    source = share.session
+    return copy_path(
+        source=source,
         user=user,
-        message_id=share.message_id,
-        title=title or f"Fork of {share.session.title}".strip(),
-        tree=share.snapshot or None,
+        leaf=share.message_id,
+        title=title or f"Fork of {source.title}".strip(),
+        tree=share.snapshot or snapshots.EMPTY_TREE,
+        system_prompt=source.system_prompt if share.include_system_prompt else "",
     )
