@@ -36,7 +36,7 @@ async def _api_probe(port: int, token: str, session_id: str, stop: asyncio.Event
             if response.status_code != 200:
                 errors += 1
             else:
-                sizes.add(len(response.json()))
+                sizes.add(len(response.json()["results"]))
     return {
         "requests": len(latencies),
         "errors": errors,

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.http import Http404
 
+from .errors import InvalidInput
 from .models import Message, Part, Session
+from .tools_paths import resolve_inside
 
 
 def session_for_user(user, session_id: str, *, for_update: bool = False) -> Session:  # noqa: ANN001
@@ -20,6 +26,18 @@ def session_for_user(user, session_id: str, *, for_update: bool = False) -> Sess
     if session is None:
         raise Http404("No such session.")
     return session
+
+
+def part_for_user(user, part_id: str) -> Part:  # noqa: ANN001
+    """The part if ``user`` owns its session; 404 otherwise."""
+    part = (
+        Part.objects.filter(id=part_id, session__owner_id=user.pk).first()
+        if getattr(user, "is_authenticated", False) and len(part_id) <= 40
+        else None
+    )
+    if part is None:
+        raise Http404("No such part.")
+    return part
 
 
 def sessions_for_user(user, query: str = ""):  # noqa: ANN001, ANN201
@@ -88,6 +106,33 @@ def all_messages(session: Session) -> list[Message]:
     return messages_with_parts(ids)
 
 
+def worktree_entry(session: Session, path: str) -> list[dict[str, Any]] | Path:
+    """``path`` in the session's worktree: a directory as the list of the files under it
+    (``.git`` aside; at most ``API_FILES_MAX`` entries), a file as its path. ValueError for a
+    path that leaves the worktree or is too long; 404 when there is nothing there."""
+    root = session.worktree
+    target = resolve_inside(root, path)
+    if target.is_dir():
+        entries: list[dict[str, Any]] = []
+        stack = [target]
+        while stack and len(entries) < settings.API_FILES_MAX:
+            with os.scandir(stack.pop()) as found:
+                for entry in sorted(found, key=lambda e: e.name, reverse=True):
+                    if entry.name == ".git":
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(Path(entry.path))
+                        continue
+                    # lstat: a dangling or outward link is listed as the link it is.
+                    size = entry.stat(follow_symlinks=False).st_size
+                    rel = Path(entry.path).relative_to(root).as_posix()
+                    entries.append({"path": rel, "size": size})
+        return sorted(entries, key=lambda e: e["path"])[: settings.API_FILES_MAX]
+    if not target.is_file():
+        raise Http404("No such file.")
+    return target
+
+
 def files_at(path: list[Message], keep: int) -> str | None:
     """The worktree's tree after the first ``keep`` messages of ``path``: what the last step
     before the cut left, else what the first step after it found; None when no step ran."""
@@ -128,7 +173,53 @@ def session_data(session: Session) -> dict[str, Any]:
     }
 
 
-def part_data(part: Part) -> dict[str, Any]:
+_CLIP_DEPTH = 32
+
+
+def clip(value: Any, budget: int, depth: int = 0) -> tuple[Any, int, bool]:
+    """``value`` with its strings cut and its lists and objects shortened so that it holds
+    about ``budget`` characters at most: ``(value, size, cut)``. Keeps the shape (a dict
+    stays a dict), so a client renders a cut part as it renders a whole one."""
+    if isinstance(value, str):
+        if len(value) > budget:
+            return value[: max(budget, 0)], max(budget, 0), True
+        return value, len(value), False
+    if isinstance(value, dict | list):
+        if depth >= _CLIP_DEPTH:
+            return ("…" if isinstance(value, dict | list) else value), 1, True
+        used, cut = 2, False
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        out: Any = {} if isinstance(value, dict) else []
+        for key, item in items:
+            if used >= budget:
+                cut = True
+                break
+            item, size, item_cut = clip(item, budget - used, depth + 1)
+            used += size + (len(key) + 4 if isinstance(key, str) else 1)
+            cut = cut or item_cut
+            if isinstance(out, dict):
+                out[key] = item
+            else:
+                out.append(item)
+        return out, used, cut
+    return value, len(str(value)), False
+
+
+def part_data(part: Part, *, whole: bool = False) -> dict[str, Any]:
+    """A part as the API shows it. In lists and events each field (text, a tool's input,
+    output, error, metadata, and the extra data) is cut to ``API_PART_FIELD_MAX`` characters
+    with ``truncated: true``; ``whole`` (``GET /api/parts/{id}/``) gives everything."""
+    limit = None if whole else settings.API_PART_FIELD_MAX
+    cut = False
+
+    def field(value: Any) -> Any:
+        nonlocal cut
+        if limit is None:
+            return value
+        value, _size, was_cut = clip(value, limit)
+        cut = cut or was_cut
+        return value
+
     data: dict[str, Any] = {
         "id": part.id,
         "message_id": part.message_id,
@@ -137,13 +228,15 @@ def part_data(part: Part) -> dict[str, Any]:
         "type": part.type,
     }
     if part.type in (Part.Type.TEXT, Part.Type.REASONING):
-        data["text"] = part.text
+        data["text"] = field(part.text)
     if part.type == Part.Type.TOOL:
         data["call_id"] = part.call_id
         data["tool"] = part.tool
-        data["state"] = part.state or {}
+        data["state"] = {key: field(value) for key, value in (part.state or {}).items()}
     if part.data:
-        data.update(part.data)
+        data.update({key: field(value) for key, value in part.data.items()})
+    if cut:
+        data["truncated"] = True
     return data
 
 
@@ -166,6 +259,87 @@ def message_data(message: Message, parts: list[Part] | None = None) -> dict[str,
         "hidden": message.hidden,
         "parts": [part_data(p) for p in parts],
     }
+
+
+# -- pages ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class MessagePage:
+    """A window of a list of messages (the active path, or every message in id order): the
+    messages, and the cursors of the pages before (older) and after (newer) it, if any."""
+
+    messages: list[Message]
+    before: str | None
+    after: str | None
+
+
+def page_limit(raw: Any) -> int:
+    if raw in (None, ""):
+        return settings.API_PAGE_DEFAULT
+    try:
+        limit = int(raw)
+    except (TypeError, ValueError):
+        limit = 0
+    if not 1 <= limit <= settings.API_PAGE_MAX:
+        raise InvalidInput(f"limit must be a whole number from 1 to {settings.API_PAGE_MAX}.")
+    return limit
+
+
+def message_page(
+    ids: list[str], *, limit: int, before: str | None = None, after: str | None = None
+) -> MessagePage:
+    """The page of ``ids`` (in list order) nearest the end, or just before ``before``, or
+    just after ``after``. A page also stops at ``API_PAGE_MAX_BYTES`` of part fields (always
+    one message at least), dropping the messages farthest from where it is anchored."""
+    if before and after:
+        raise InvalidInput("Give before or after, not both.")
+    position = {mid: i for i, mid in enumerate(ids)}
+    cursor = before or after
+    if cursor is not None and cursor not in position:
+        raise InvalidInput("The cursor is not a message of this list.")
+    if after:
+        start = position[after] + 1
+        window = ids[start : start + limit]
+    else:
+        end = position[before] if before else len(ids)
+        start = max(0, end - limit)
+        window = ids[start:end]
+    messages = messages_with_parts(window)
+    budget = settings.API_PAGE_MAX_BYTES
+    kept: list[Message] = []
+    for message in messages if after else reversed(messages):
+        size = sum(_part_size(p) for p in message.loaded_parts)
+        if kept and size > budget:
+            break
+        kept.append(message)
+        budget -= size
+    if not after:
+        kept.reverse()
+    if not kept:
+        return MessagePage([], before=None, after=None)
+    first, last = position[kept[0].id], position[kept[-1].id]
+    return MessagePage(
+        kept,
+        before=kept[0].id if first > 0 else None,
+        after=kept[-1].id if last < len(ids) - 1 else None,
+    )
+
+
+def _part_size(part: Part) -> int:
+    """About how many characters the part takes in a list (its fields are cut there)."""
+    limit = settings.API_PART_FIELD_MAX
+    size = 200 + min(len(part.text), limit)
+    for value in (*(part.state or {}).values(), *(part.data or {}).values()):
+        size += clip(value, limit)[1]
+    return size
+
+
+def session_message_ids(session: Session, *, tree: bool) -> list[str]:
+    """The ids a message list pages over: the active path, or every message (``tree``)."""
+    if tree:
+        return list(
+            Message.objects.filter(session=session).order_by("id").values_list("id", flat=True)
+        )
+    return path_ids(session.head_id)
 
 
 def lineage(session: Session, user) -> dict[str, Any]:  # noqa: ANN001

@@ -107,15 +107,66 @@ function scheduleReload() {
   }, 100);
 }
 
-async function loadMessages(merge) {
-  const list = await call("GET", api("/messages/"));
-  if (!merge) { messages.clear(); parts.clear(); order = []; }
-  const ids = list.map((m) => m.id);
+// The path comes a page at a time: the page nearest the head first; `olderPage` is the link
+// to the page before the oldest one shown, loaded when the reader scrolls up to it.
+let olderPage = null;
+let loadingOlder = false;
+
+function addPage(list) {
   for (const m of list) {
     upsertMessage({ ...m, parts: [] });
     for (const p of m.parts) upsertPart(p, true);
   }
+  return list.map((m) => m.id);
+}
+
+async function loadMessages(merge) {
+  const page = await call("GET", api("/messages/"));
+  if (!merge) { messages.clear(); parts.clear(); order = []; olderPage = page.previous; }
+  const ids = addPage(page.results);
   if (!merge) order = ids;
+}
+
+async function loadOlder() {
+  if (!olderPage || loadingOlder) return;
+  loadingOlder = true;
+  try {
+    const page = await call("GET", olderPage);
+    const ids = addPage(page.results);
+    order = [...ids, ...order.filter((id) => !ids.includes(id))];
+    olderPage = page.previous;
+    // Keep what the reader looks at in place while the older messages go in above it.
+    const scroller = document.scrollingElement;
+    const fromBottom = scroller.scrollHeight - scroller.scrollTop;
+    render();
+    scroller.scrollTop = scroller.scrollHeight - fromBottom;
+  } catch (err) {
+    showError(err.message);
+  } finally {
+    loadingOlder = false;
+  }
+}
+
+const olderObserver = new IntersectionObserver((entries) => {
+  if (entries.some((e) => e.isIntersecting)) loadOlder();
+});
+
+function olderButton() {
+  const b = el("button", "secondary older", "Show earlier messages");
+  b.type = "button";
+  b.id = "load-older";
+  b.addEventListener("click", loadOlder);
+  olderObserver.disconnect();
+  olderObserver.observe(b);
+  return b;
+}
+
+async function showWholePart(partId) {
+  try {
+    const whole = await call("GET", `/api/parts/${partId}/`);
+    parts.set(partId, { ...parts.get(partId), ...whole, truncated: false });
+    render();
+  } catch (err) { showError(err.message); }
 }
 
 async function loadTree() {
@@ -232,7 +283,7 @@ function el(tag, cls, text) {
   return e;
 }
 
-function renderPart(p) {
+function renderPartBody(p) {
   if (p.type === "text") return el("div", "text", p.text);
   if (p.type === "reasoning") return el("div", "reasoning", p.text);
   if (p.type === "tool") {
@@ -261,6 +312,18 @@ function renderPart(p) {
   }
   if (p.type === "patch") return el("div", "patch", "changed: " + (p.files || []).join(", "));
   return null;
+}
+
+function renderPart(p) {
+  const node = renderPartBody(p);
+  if (node && p.truncated) {
+    // Lists cut very long fields; the whole part is one click away.
+    const more = el("button", "link show-whole", "Cut here — show all");
+    more.type = "button";
+    more.addEventListener("click", () => showWholePart(p.id));
+    node.append(more);
+  }
+  return node;
 }
 
 function revertedIds() {
@@ -346,6 +409,7 @@ function render() {
   const box = document.getElementById("messages");
   const frag = document.createDocumentFragment();
   const dim = revertedIds();
+  if (olderPage) frag.append(olderButton());
   for (const id of order) {
     const m = messages.get(id);
     if (!m) continue;
@@ -636,7 +700,8 @@ document.getElementById("rollback").addEventListener("click", rollback);
 document.getElementById("share").addEventListener("click", async () => {
   showError("");
   try {
-    const link = await call("POST", api("/share/"), {});
+    const include = document.getElementById("share-system-prompt").checked;
+    const link = await call("POST", api("/share/"), { include_system_prompt: include });
     const box = document.getElementById("share-box");
     const url = document.getElementById("share-url");
     url.value = new URL(link.url, location.origin).href;

@@ -13,7 +13,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import get_resolver
 
-from sessions_app.models import Message
+from sessions_app.models import Message, Part
 from tests.conftest import client_for, run_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -65,6 +65,8 @@ def kind(route: str) -> str | None:
         return "session"
     if route.startswith("api/runs/<str:run_id>/"):
         return "run"
+    if route == "api/parts/<str:part_id>/":
+        return "session"  # a part of a session: the owner's alone
     return None
 
 
@@ -79,12 +81,19 @@ def world(api, owner):
     run = run_turn(api, sid, "write a.txt secret\nsay ok")
     token = api.post(f"/api/sessions/{sid}/share/").json()["token"]
     message = Message.objects.filter(session_id=sid).first().id
-    return {"session_id": sid, "run_id": run["id"], "token": token, "message": message}
+    part = Part.objects.filter(session_id=sid, type="tool").first().id
+    return {
+        "session_id": sid,
+        "run_id": run["id"],
+        "token": token,
+        "message": message,
+        "part_id": part,
+    }
 
 
 def fill(route: str, world: dict) -> str:
     url = "/" + route
-    for key in ("session_id", "run_id", "token"):
+    for key in ("session_id", "run_id", "token", "part_id"):
         url = url.replace(f"<str:{key}>", world[key])
     return url.replace("<path:path>", "a.txt")
 

@@ -280,7 +280,7 @@ def test_regenerate_can_keep_the_original_for_comparison(api):
     assert new["status"] == "completed"
     runs = api.get(f"/api/sessions/{sid}/runs/").json()
     assert {r["id"] for r in runs} == {run["id"], new["id"]}
-    tree = api.get(f"/api/sessions/{sid}/messages/?tree=1").json()
+    tree = api.get(f"/api/sessions/{sid}/messages/?tree=1").json()["results"]
     answers = [m for m in tree if m["role"] == "assistant"]
     assert len(answers) == 2 and not any(m["hidden"] for m in answers)
     assert answers[0]["parent_id"] == answers[1]["parent_id"], "siblings"

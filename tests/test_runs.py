@@ -46,7 +46,7 @@ def test_a_prompt_with_wait_writes_and_reads_a_file(api):
     assert run["status"] == "completed" and run["id"].startswith("run_")
     session = Session.objects.get(id=sid)
     assert (session.worktree / "notes/a.txt").read_bytes() == b"first line"
-    messages = api.get(f"/api/sessions/{sid}/messages/").json()
+    messages = api.get(f"/api/sessions/{sid}/messages/").json()["results"]
     assert [m["role"] for m in messages] == ["user", "assistant", "assistant"]
     assert messages[1]["parent_id"] == messages[0]["id"]
     assert messages[2]["parent_id"] == messages[1]["id"]

@@ -99,7 +99,7 @@ def run_the_flow(host: str, token: str, outsider_token: str, workspace: Path) ->
     statuses = [e["status"] for e in got if e["type"] == "session.status"]
     assert statuses[0] == "busy" and statuses[-1] == "idle"
     assert (workspace / sid / "notes/a.txt").read_text() == "first line"
-    messages = http.get(f"/api/sessions/{sid}/messages/").json()
+    messages = http.get(f"/api/sessions/{sid}/messages/").json()["results"]
     stored = [p for m in messages for p in m["parts"] if p["id"] == first_part]
     assert stored[0]["text"] == "hello world from the stack"
     assert http.get(f"/api/sessions/{sid}/files/notes/a.txt").text == "first line"

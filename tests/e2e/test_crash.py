@@ -68,7 +68,7 @@ def test_a_killed_worker_s_runs_resume_without_running_a_tool_twice(procs, tmp_p
                 ).json()
 
                 def streamed_some(sid=sid):
-                    messages = http.get(f"/api/sessions/{sid}/messages/").json()
+                    messages = http.get(f"/api/sessions/{sid}/messages/").json()["results"]
                     return any(
                         len(p.get("text", "")) > 20 for m in messages[1:] for p in m["parts"]
                     )
@@ -80,7 +80,7 @@ def test_a_killed_worker_s_runs_resume_without_running_a_tool_twice(procs, tmp_p
                 time.sleep(0.3)
                 persisted = {
                     p["id"]
-                    for m in http.get(f"/api/sessions/{sid}/messages/").json()
+                    for m in http.get(f"/api/sessions/{sid}/messages/").json()["results"]
                     for p in m["parts"]
                 }
                 kill_worker(worker)
@@ -101,7 +101,7 @@ def test_a_killed_worker_s_runs_resume_without_running_a_tool_twice(procs, tmp_p
                     assert (worktree / "log2.txt").read_text() == "y\n"
                 session = http.get(f"/api/sessions/{sid}/").json()
                 assert session["status"] == "idle"
-                messages = http.get(f"/api/sessions/{sid}/messages/").json()
+                messages = http.get(f"/api/sessions/{sid}/messages/").json()["results"]
                 tools = [p for m in messages for p in m["parts"] if p["type"] == "tool"]
                 assert all(p["state"]["status"] in ("completed", "error") for p in tools)
                 if label == "between tool batches":

@@ -53,7 +53,7 @@ def test_killed_database_connections_mid_run(procs, tmp_path):
             ).json()
 
             def streaming(sid=sid):
-                messages = http.get(f"/api/sessions/{sid}/messages/").json()
+                messages = http.get(f"/api/sessions/{sid}/messages/").json()["results"]
                 return any(len(p.get("text", "")) > 10 for m in messages[1:] for p in m["parts"])
 
             wait_until(streaming, 30, "the reply to stream")
@@ -79,7 +79,7 @@ def test_killed_database_connections_mid_run(procs, tmp_path):
                 "the session to be idle again",
             )
             assert session["busy_run_id"] is None
-            messages = http.get(f"/api/sessions/{sid}/messages/").json()
+            messages = http.get(f"/api/sessions/{sid}/messages/").json()["results"]
             tools = [p for m in messages for p in m["parts"] if p["type"] == "tool"]
             assert all(p["state"]["status"] in ("completed", "error") for p in tools), tools
             log = (tmp_path / "ws" / sid / "log.txt").read_text()
