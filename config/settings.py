@@ -7,8 +7,13 @@ Services mode: DATABASE_URL (PostgreSQL) and REDIS_URL set. Embedded mode: neith
 from __future__ import annotations
 
 import os
+import secrets
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
+
+from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -55,7 +60,6 @@ def _sqlite(path: Path) -> dict:
     }
 
 
-SECRET_KEY = os.environ.get("SECRET_KEY", "dev-insecure-key-change-me-in-production")
 DEBUG = _env_bool("DEBUG", False)
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "*").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [
@@ -65,6 +69,60 @@ CSRF_TRUSTED_ORIGINS = [
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 REDIS_URL = os.environ.get("REDIS_URL", "")
 EMBEDDED = not REDIS_URL
+
+# Keys that were published (this project's old default, its env.example placeholder, Django's
+# startproject keys) sign nothing in production: sessions, CSRF tokens and password-reset
+# links could be forged by anyone who read them.
+_PUBLISHED_SECRET_KEYS = {"dev-insecure-key-change-me-in-production", "change-me"}
+_SECRET_KEY_MIN_LENGTH = 32
+_SECRET_KEY_HELP = (
+    "set SECRET_KEY to a random string of 50 characters, e.g. the output of "
+    "`python3 -c 'import secrets; print(secrets.token_urlsafe(50))'`"
+)
+
+
+def _secret_key_problem(key: str, source: str) -> str | None:
+    if not key:
+        return f"{source} is not set"
+    if key in _PUBLISHED_SECRET_KEYS or key.startswith("django-insecure"):
+        return f"{source} is a published default key"
+    if len(key) < _SECRET_KEY_MIN_LENGTH:
+        return f"{source} is too short ({len(key)} characters, at least {_SECRET_KEY_MIN_LENGTH})"
+    return None
+
+
+def _stored_secret_key(path: Path) -> str:
+    """A key made once, on the first start, and kept in ``path`` (mode 0600): embedded mode
+    works on a fresh machine with no configuration, and its logins survive restarts."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.unlink(missing_ok=True)  # left by a start that died here; O_EXCL makes a new one
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(50) + "\n")
+        try:
+            # A link never replaces a file: processes started together all keep the first key.
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
+    return path.read_text().strip()
+
+
+def _secret_key(*, debug: bool, embedded: bool) -> str:
+    key, source = os.environ.get("SECRET_KEY", ""), "SECRET_KEY"
+    if not key and (embedded or debug):
+        path = Path(os.environ.get("SECRET_KEY_FILE", "") or BASE_DIR / "var/secret_key")
+        key, source = _stored_secret_key(path), str(path)
+    problem = _secret_key_problem(key, source)
+    if problem and not debug:
+        raise ImproperlyConfigured(f"{problem}: {_SECRET_KEY_HELP}.")
+    return key
+
+
+SECRET_KEY = _secret_key(debug=DEBUG, embedded=EMBEDDED)
 
 DATABASES = {
     "default": _database_from_url(DATABASE_URL)
@@ -77,6 +135,8 @@ INSTALLED_APPS = [
     "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
+    "axes",
+    "csp",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
@@ -92,6 +152,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Before axes' middleware, so that the lockout page it puts in place gets the policy too.
+    "csp.middleware.CSPMiddleware",
     "sessions_app.api.guards.NulGuardMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -99,6 +161,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as axes asks: it turns a login that its backend refused into the 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -118,7 +182,66 @@ TEMPLATES = [
     }
 ]
 
-AUTH_PASSWORD_VALIDATORS: list[dict] = []
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": f"django.contrib.auth.password_validation.{name}"}
+    for name in (
+        "UserAttributeSimilarityValidator",
+        "MinimumLengthValidator",
+        "CommonPasswordValidator",
+        "NumericPasswordValidator",
+    )
+]
+
+# Failed logins (the login form, the admin's, POST /api/auth/token/) are counted per username
+# and per client address, independently: LOGIN_FAILURE_LIMIT failures of either within
+# LOGIN_COOLOFF_MINUTES lock it (429) until they are that old. A success forgets that
+# username's failures from that address. sessions_app/login_throttle.py has the details.
+AUTHENTICATION_BACKENDS = [
+    "sessions_app.login_throttle.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "10"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # a list of single names: either one
+AXES_RESET_ON_SUCCESS = True
+# Refused attempts of a locked client do not restart its cool-off: the 429 can say when to
+# come back, and a user locked out by someone else's guessing gets in again on time.
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_HANDLER = "sessions_app.login_throttle.LoginAttemptsHandler"
+AXES_LOCKOUT_CALLABLE = "sessions_app.login_throttle.lockout_response"
+AXES_USERNAME_CALLABLE = "sessions_app.login_throttle.client_username"
+
+# Content-Security-Policy: scripts, styles and connections from this origin only — no inline
+# script or style anywhere (the templates load static files). 'self' covers ws:/wss: to the
+# same host in CSP3 browsers, which the chat's websocket needs (tests/e2e/test_csp.py).
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "frame-ancestors": [NONE],
+        "form-action": [SELF],
+    }
+}
+
+# HTTPS=true: served behind a proxy that terminates TLS and sets X-Forwarded-Proto (only then
+# may the header be trusted: without such a proxy any client could claim https).
+HTTPS = _env_bool("HTTPS", False)
+SESSION_COOKIE_SECURE = HTTPS
+CSRF_COOKIE_SECURE = HTTPS
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
+# HTTPS_REDIRECT=false where the proxy redirects http to https itself.
+SECURE_SSL_REDIRECT = HTTPS and _env_bool("HTTPS_REDIRECT", True)
+# Health probes come from inside, in plain HTTP, past the proxy.
+SECURE_REDIRECT_EXEMPT = [r"^api/health/$"]
+SECURE_HSTS_SECONDS = int(os.environ.get("HSTS_SECONDS", "31536000" if HTTPS else "0"))
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -226,3 +349,24 @@ CELERY_TASK_SOFT_TIME_LIMIT = RUN_TIME_LIMIT_SECONDS
 
 # Files larger than this stay out of worktree snapshots (reported in step-finish parts).
 SNAPSHOT_MAX_FILE_BYTES = int(os.environ.get("SNAPSHOT_MAX_FILE_BYTES", str(10 * 1024 * 1024)))
+
+# Bounded answers (CONTRACT "Pages and limits"): message and session lists come in pages of
+# ``limit`` (default / most), a page of messages stops at about API_PAGE_MAX_BYTES, and each
+# part field in a list or an event is cut at API_PART_FIELD_MAX characters (``truncated``;
+# GET /api/parts/{id}/ gives it whole).
+API_PAGE_DEFAULT = int(os.environ.get("API_PAGE_DEFAULT", "50"))
+API_PAGE_MAX = int(os.environ.get("API_PAGE_MAX", "200"))
+API_PAGE_MAX_BYTES = int(os.environ.get("API_PAGE_MAX_BYTES", str(4 * 1024 * 1024)))
+API_PART_FIELD_MAX = int(os.environ.get("API_PART_FIELD_MAX", str(64 * 1024)))
+# A worktree listing (GET …/files/) names at most this many files.
+API_FILES_MAX = int(os.environ.get("API_FILES_MAX", "10000"))
+# What one user may hold: a tool write past a worktree's or a file's size is a tool error;
+# a session past the count is refused with 429 QuotaExceeded. 0 = no limit.
+WORKTREE_MAX_BYTES = int(os.environ.get("WORKTREE_MAX_BYTES", str(200 * 1024 * 1024)))
+WORKTREE_MAX_FILE_BYTES = int(os.environ.get("WORKTREE_MAX_FILE_BYTES", str(20 * 1024 * 1024)))
+SESSIONS_PER_USER_MAX = int(os.environ.get("SESSIONS_PER_USER_MAX", "1000"))
+
+# Websockets: every open socket re-checks this often that its credentials (the session
+# cookie's user and auth hash, or the ?token=) still reach its conversation, and closes
+# with 4403 when they do not (issue 12). One to three indexed queries per socket per period.
+WS_AUTH_RECHECK_SECONDS = float(os.environ.get("WS_AUTH_RECHECK_SECONDS", "5"))

@@ -2,7 +2,7 @@ from django.conf import settings
 from django.contrib import admin
 from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from runs_app.api import views as run_views
 from runs_app.health import health
@@ -34,13 +34,18 @@ api = [
     path("sessions/<str:session_id>/runs/", run_views.session_runs),
     path("sessions/<str:session_id>/runs/stream/", run_views.session_runs_stream),
     path("sessions/<str:session_id>/abort/", run_views.session_abort),
+    path("parts/<str:part_id>/", session_views.part_detail),
     path("runs/<str:run_id>/", run_views.run_detail),
     path("runs/<str:run_id>/messages/", run_views.run_messages),
     path("runs/<str:run_id>/cancel/", run_views.run_cancel),
     path("runs/<str:run_id>/continue/", run_views.run_continue),
     path("runs/<str:run_id>/regenerate/", run_views.run_regenerate),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path(
+        "docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="app/swagger_ui.html"),
+        name="api-docs",
+    ),
 ]
 
 urlpatterns = [
@@ -54,5 +59,6 @@ urlpatterns = [
     ),
 ]
 
+handler400 = "sessions_app.api.errors.json_400"
 handler404 = "sessions_app.api.errors.json_404"
 handler500 = "sessions_app.api.errors.json_500"

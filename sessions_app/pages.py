@@ -18,10 +18,18 @@ from .selectors import session_for_user, sessions_for_user
 from .services import sharing
 from .services.sessions import create_session, delete_session, rename_session
 
+LIST_PAGE = 100
+
 
 def _list_context(request: HttpRequest, **extra: object) -> dict:
     query = request.GET.get("q", "").strip()[:200]
-    sessions = list(sessions_for_user(request.user, query).select_related("forked_from_session"))
+    before = request.GET.get("before", "")[:40]
+    sessions = sessions_for_user(request.user, query).select_related("forked_from_session")
+    if before:
+        sessions = sessions.filter(id__lt=before)
+    sessions = list(sessions[: LIST_PAGE + 1])
+    older = sessions[LIST_PAGE - 1].id if len(sessions) > LIST_PAGE else None
+    sessions = sessions[:LIST_PAGE]
     mine = {s.id for s in sessions}
     for s in sessions:
         # Lineage, as far as it is mine to see: a fork of another user's shared session
@@ -29,7 +37,7 @@ def _list_context(request: HttpRequest, **extra: object) -> dict:
         s.parent_visible = s.forked_from_session_id in mine or (
             s.forked_from_session is not None and s.forked_from_session.owner_id == request.user.pk
         )
-    return {"sessions": sessions, "q": query, **extra}
+    return {"sessions": sessions, "q": query, "older": older, "before": before, **extra}
 
 
 def _list_error(request: HttpRequest, exc: AppError) -> HttpResponse:
@@ -88,7 +96,11 @@ def shared(request: HttpRequest, token: str) -> HttpResponse:
         share = sharing.share_for_token(token, request.user)
     except NotAuthenticated:
         return redirect_to_login(request.get_full_path())
-    return render(request, "app/shared.html", {"share": sharing.shared_data(share)})
+    try:
+        data = sharing.shared_data(share, before=request.GET.get("before") or None)
+    except AppError as exc:
+        return HttpResponse(exc.message, status=exc.status_code, content_type="text/plain")
+    return render(request, "app/shared.html", {"share": data})
 
 
 @login_required
@@ -106,7 +118,8 @@ def signup(request: HttpRequest) -> HttpResponse:
         raise Http404("Sign-up is off.")
     form = UserCreationForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
-        login(request, form.save())
+        # Two backends (axes' throttle, then the model): login() must be told which one.
+        login(request, form.save(), backend="django.contrib.auth.backends.ModelBackend")
         return redirect("home")
     return render(request, "app/signup.html", {"form": form}, status=400 if form.errors else 200)
 

@@ -25,10 +25,12 @@ class Command(BaseCommand):
             raise CommandError("The username must not be empty.")
         user = User.objects.filter(username=username).first() or User(username=username)
         if not options["skip_validation"]:
+            # The same validators as every other way to set a password (AUTH_PASSWORD_VALIDATORS).
             try:
                 validate_password(password, user)
             except ValidationError as exc:
-                raise CommandError(" ".join(exc.messages)) from exc
+                reasons = " ".join(exc.messages)
+                raise CommandError(f"The password is refused: {reasons}") from exc
         user.set_password(password)
         user.is_staff = options["staff"] or options["superuser"] or user.is_staff
         user.is_superuser = options["superuser"] or user.is_superuser
