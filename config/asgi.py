@@ -9,11 +9,8 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
-from django.conf import settings  # noqa: E402
-
 from config.routing import websocket_urlpatterns  # noqa: E402
-from runs_app.services.recovery import start_sweeper  # noqa: E402
-from sessions_app.events import publisher  # noqa: E402
+from runs_app import lifecycle, runtime  # noqa: E402
 from sessions_app.ws_origin import SameOriginValidator  # noqa: E402
 
 _router = ProtocolTypeRouter(
@@ -25,11 +22,7 @@ _router = ProtocolTypeRouter(
 
 
 async def application(scope, receive, send):  # noqa: ANN001, ANN201
-    if settings.EMBEDDED:
-        # The in-memory channel layer lives on this loop; runs in threads publish onto it.
-        publisher.bind_loop(asyncio.get_running_loop())
-        if settings.RUN_EXECUTOR == "thread":
-            start_sweeper()  # embedded runs resume here after a restart
+    runtime.attach_server(asyncio.get_running_loop(), lifecycle.start_sweeper)
     if scope["type"] == "lifespan":
         while True:
             message = await receive()

@@ -1,6 +1,7 @@
-"""Abort requests reach a running loop at once: a Redis PUBLISH in services mode (one
-subscriber thread per worker process), an in-process Event in embedded mode. The database
-flag (``Run.abort_requested``) stays the source of truth; the heartbeat still reads it, slowly,
+"""Abort requests reach a running loop at once: through Redis pub/sub in services mode (one
+subscriber thread per process), through an in-process event in embedded mode. Which one a
+process uses is decided by ``runtime.abort_bus()``. The database flag
+(``Run.abort_requested``) stays the source of truth; the heartbeat still reads it, slowly,
 in case a message is lost."""
 
 from __future__ import annotations
@@ -8,76 +9,83 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
-from django.conf import settings
+import redis
 
 log = logging.getLogger(__name__)
 CHANNEL = "agentplat:abort"
 
-_lock = threading.Lock()
-_events: dict[str, threading.Event] = {}
-_listener_pid = 0
-_publisher = None
+
+class LocalAbortBus:
+    """Aborts within this process: an Event per running run."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._events: dict[str, threading.Event] = {}
+
+    def register(self, run_id: str) -> threading.Event:
+        with self._lock:
+            return self._events.setdefault(run_id, threading.Event())
+
+    def unregister(self, run_id: str) -> None:
+        with self._lock:
+            self._events.pop(run_id, None)
+
+    def _set(self, run_id: str) -> None:
+        with self._lock:
+            event = self._events.get(run_id)
+        if event is not None:
+            event.set()
+
+    def notify(self, run_id: str) -> None:
+        """Tell the loop of ``run_id`` to stop."""
+        self._set(run_id)
 
 
-def register(run_id: str) -> threading.Event:
-    with _lock:
-        event = _events.setdefault(run_id, threading.Event())
-    if not settings.EMBEDDED:
-        _ensure_listener()
-    return event
+class RedisAbortBus(LocalAbortBus):
+    """Aborts across processes: a PUBLISH on one channel, heard by one subscriber thread in
+    every process that runs loops (started with the first run it registers)."""
 
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self._publisher: redis.Redis | None = None
+        self._listener_pid = 0
 
-def unregister(run_id: str) -> None:
-    with _lock:
-        _events.pop(run_id, None)
+    def register(self, run_id: str) -> threading.Event:
+        event = super().register(run_id)
+        self._ensure_listener()
+        return event
 
-
-def _set(run_id: str) -> None:
-    with _lock:
-        event = _events.get(run_id)
-    if event is not None:
-        event.set()
-
-
-def notify(run_id: str) -> None:
-    """Tell the loop of ``run_id``, wherever it runs, to stop."""
-    _set(run_id)
-    if settings.EMBEDDED:
-        return
-    global _publisher
-    try:
-        if _publisher is None:
-            import redis
-
-            _publisher = redis.Redis.from_url(settings.REDIS_URL)
-        _publisher.publish(CHANNEL, run_id)
-    except Exception:  # the heartbeat's database poll still finds the flag
-        log.exception("publishing the abort of %s failed", run_id)
-
-
-def _ensure_listener() -> None:
-    global _listener_pid
-    with _lock:
-        if _listener_pid == os.getpid():
-            return
-        _listener_pid = os.getpid()
-    threading.Thread(target=_listen, name="abort-listener", daemon=True).start()
-
-
-def _listen() -> None:
-    import time
-
-    import redis
-
-    while True:
+    def notify(self, run_id: str) -> None:
+        self._set(run_id)
         try:
-            client = redis.Redis.from_url(settings.REDIS_URL)
-            pubsub = client.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(CHANNEL)
-            for message in pubsub.listen():
-                if message.get("type") == "message":
-                    _set(message["data"].decode())
-        except Exception:
-            log.exception("abort listener lost Redis; reconnecting")
-            time.sleep(1)
+            if self._publisher is None:
+                self._publisher = redis.Redis.from_url(self.url)
+            self._publisher.publish(CHANNEL, run_id)
+        except Exception:  # the heartbeat's database poll still finds the flag
+            log.exception("publishing the abort of %s failed", run_id)
+
+    def _ensure_listener(self) -> None:
+        with self._lock:
+            if self._listener_pid == os.getpid():
+                return
+            self._listener_pid = os.getpid()  # a forked child starts its own
+        threading.Thread(target=self._listen, name="abort-listener", daemon=True).start()
+
+    def _listen(self) -> None:
+        while True:
+            try:
+                client = redis.Redis.from_url(self.url)
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(CHANNEL)
+                for message in pubsub.listen():
+                    if message.get("type") == "message":
+                        self._set(message["data"].decode())
+            except Exception:
+                log.exception("abort listener lost Redis; reconnecting")
+                time.sleep(1)
+
+
+AbortBus = LocalAbortBus

@@ -1,10 +1,12 @@
-"""The agent loop. ``run_agent(run_id)`` is what the Celery task and the embedded executor run.
+"""The agent loop: the steps of one run. ``run_agent(run_id)`` is what the Celery task and
+the embedded executor run.
 
-1. claim the session's busy lock (a lease the heartbeat renews);
+1. ``lifecycle.begin``: the run goes pending → running under the session's busy lock (a
+   lease the heartbeat renews);
 2. start-up: ``prompt`` interrupts unfinished tools and writes the user message; ``resume``
-   recovers the last unfinished turn;
+   recovers the last unfinished turn (SEMANTICS 1.5, ``AgentLoop.recover``);
 3. steps: snapshot, stream the model into parts, run the tool batch, snapshot again, checkpoint;
-4. release the lock (to the next queued run, if any).
+4. ``lifecycle.finish``: the end is recorded and the session handed to the next queued run.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 import time
 from typing import Any
 
+import jsonschema
 from django.conf import settings
 from django.db import (
     InterfaceError,
@@ -23,19 +26,21 @@ from django.db import (
     connection,
     transaction,
 )
-from django.db.models import F
 from django.utils import timezone
 
 from sessions_app import events, snapshots
 from sessions_app.logs import log_context
-from sessions_app.models import Message, Part, Session
+from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
 from sessions_app.services import lock
+from sessions_app.services.revert import cleanup_session
 
-from . import abort_bus
+from . import lifecycle, runtime
+from .checkpoint import Checkpointer
 from .models import Run
 from .providers import ProviderError, get_provider
 from .providers.base import Finish, ReasoningDelta, StructuredOutput, TextDelta, ToolCall
+from .selectors import run_data
 from .tools import TOOLS, ToolContext, ToolError, available_tools
 from .transcript import model_messages
 
@@ -52,23 +57,23 @@ class LockLost(Exception):
     pass
 
 
-def run_data(run: Run) -> dict[str, Any]:
-    from .selectors import run_data as _run_data
-
-    return _run_data(run)
-
-
 class Heartbeat(threading.Thread):
     """Renews the lease and watches for an abort, so the loop only reads two Events.
 
-    An abort arrives at once through ``abort_bus``; the database flag is also read every
+    An abort arrives at once through the abort bus; the database flag is also read every
     ``RUN_ABORT_POLL_SECONDS`` in case a notification was lost. The thread holds no database
-    connection between its visits, so a running run costs one connection, not two."""
+    connection between its visits, so a running run costs one connection, not two.
+
+    A heartbeat that cannot renew the lease stops the run (``lost``): a lease that is not
+    renewed expires, and then another worker may take the session over while this one would
+    still write. Whatever goes wrong in here — the renewal failing, the database away, a
+    bug — ends in ``lost``, never in a silent exit that leaves the loop running unrenewed."""
 
     def __init__(self, session_id: str, run_id: str) -> None:
         super().__init__(name=f"heartbeat-{run_id}", daemon=True)
         self.session_id, self.run_id = session_id, run_id
-        self.abort = abort_bus.register(run_id)
+        self.bus = runtime.abort_bus()
+        self.abort = self.bus.register(run_id)
         self.lost = threading.Event()
         self.stop = threading.Event()
 
@@ -90,12 +95,14 @@ class Heartbeat(threading.Thread):
                         last_renew = now
                         if not lock.renew(self.session_id, self.run_id):
                             self.lost.set()
+                            return
                 finally:
                     connection.close()
         except Exception:
-            log.exception("heartbeat of %s failed", self.run_id)
+            log.exception("heartbeat of %s failed: the run stops", self.run_id)
+            self.lost.set()
         finally:
-            abort_bus.unregister(self.run_id)
+            self.bus.unregister(self.run_id)
             connection.close()
 
 
@@ -106,8 +113,6 @@ class AgentLoop:
         self.provider = get_provider(run.model or self.session.model or settings.AGENT_MODEL)
         self.tools = {t.name: t for t in available_tools()}
         self.snap = snapshots.for_session(self.session)
-        from .checkpoint import Checkpointer
-
         self.writer = Checkpointer(self.session.id)
         self.mode = run.checkpoint or self.session.checkpoint
         self.heartbeat = Heartbeat(self.session.id, run.id)
@@ -167,8 +172,6 @@ class AgentLoop:
             prompting = run.mode == Run.Mode.PROMPT and run.input_message_id is None
             if prompting and self.session.revert:
                 # Rule 1.3 / 3.6: a new prompt confirms a pending revert first.
-                from sessions_app.services.revert import cleanup_session
-
                 self.session = cleanup_session(session=self.session, holder_run_id=run.id)
                 self.head_id = self.session.head_id
             if run.branch and not run.branch.get("applied"):
@@ -185,9 +188,10 @@ class AgentLoop:
         except Aborted:
             status = Run.Status.CANCELLED
         except LockLost:
-            log.warning("run %s lost its lock; another worker took the session over", run.id)
+            # The lease is gone: another worker may hold the session now. Nothing more is
+            # written (not even what is buffered): that worker resumes from the checkpoint.
+            log.warning("run %s lost its lock; it stops without writing", run.id)
             self.heartbeat.stop.set()
-            self.writer.flush()
             return
         except ProviderError as exc:
             status, error = Run.Status.ERROR, {"type": "ProviderError", "message": str(exc)}
@@ -240,8 +244,6 @@ class AgentLoop:
         from, the files go back to what they were there when the branch leaves the current
         head (recorded first, so nothing is lost), the new input is written, the replaced
         messages are hidden: one transaction, marked applied so a resumed run skips it."""
-        from sessions_app.models import HistoryEvent
-
         branch = dict(self.run.branch)
         parent = branch.get("parent_message_id")
         files, before = branch.get("files"), None
@@ -251,7 +253,28 @@ class AgentLoop:
                 self.snap.checkout(files, self.snap.patch(before, files))
         self.head_id = parent
         self.history = active_path(self.session, leaf_id=parent) if parent else []
-        written = []
+        try:
+            written = self.apply_branch(branch, parent, files, before)
+        except BaseException:
+            if before and before != files:
+                # The branch is not on record: the files go back to what the head had (this
+                # run holds the session, so nobody else moved them meanwhile).
+                self.snap.checkout(before, self.snap.patch(files, before))
+            raise
+        self.session.head_id = self.head_id
+        for message in written:
+            self.emit(events.MESSAGE_UPDATED, message=message_data(message))
+        self.emit(events.SESSION_UPDATED, session=session_data(self.session))
+        if before and before != files:
+            diff = self.snap.diff_stat(before, files)
+            self.emit(events.SESSION_DIFF, diff=diff, summary=snapshots.summary_of(diff))
+
+    def apply_branch(
+        self, branch: dict[str, Any], parent: str | None, files: str | None, before: str | None
+    ) -> list[Message]:
+        """The branch's rows, in one transaction: its input, the head, the hidden messages,
+        the history event."""
+        written: list[Message] = []
         with transaction.atomic():
             for item in branch.get("input") or []:
                 message = self.new_message(Message.Role.USER)
@@ -288,19 +311,11 @@ class AgentLoop:
                     "hidden": branch.get("hide") or [],
                 },
             )
-        self.session.head_id = self.head_id
-        for message in written:
-            self.emit(events.MESSAGE_UPDATED, message=message_data(message))
-        self.emit(events.SESSION_UPDATED, session=session_data(self.session))
-        if before and before != files:
-            diff = self.snap.diff_stat(before, files)
-            self.emit(events.SESSION_DIFF, diff=diff, summary=snapshots.summary_of(diff))
+        return written
 
     def roll_back_interrupted(self) -> None:
         """multitask_strategy "rollback": the interrupted run's messages leave the active path
         (they stay stored, as a branch); the new run starts where that run started."""
-        from sessions_app.models import HistoryEvent
-
         stopped = Run.objects.filter(id=self.run.interrupted_run_id).first()
         if stopped is None or stopped.input_message_id is None:
             return
@@ -332,18 +347,58 @@ class AgentLoop:
         self.emit(events.PART_UPDATED, part=part_data(part))
 
     def loop(self) -> None:
-        from .services.recovery import recover_path
-
         self.tree = self.first_tree = self.snap.track()
         max_steps = self.run.max_steps or settings.AGENT_MAX_STEPS
         for index in range(max_steps):
             self.check()
             # Rule 1.5: before every step (a no-op after a step that finished normally).
-            recover_path(self, mode="resume")
+            self.recover(mode="resume")
             called_tools = self.step(index)
             if not called_tools:
                 return
         self.run.result = "max_steps"
+
+    def recover(self, *, mode: str) -> None:
+        """Rule 1.5, on the last assistant message of the path: completed and error tools
+        are kept; unfinished tools without side effects run again; with side effects they
+        are interrupted (never run twice), and so is every unfinished tool after an
+        interrupt or a blocking error; an unfinished message is completed with an error."""
+        last = next((m for m in reversed(self.history) if m.role == Message.Role.ASSISTANT), None)
+        if last is None:
+            return
+        blocked = False
+        for part in last.loaded_parts:
+            if part.type != Part.Type.TOOL:
+                continue
+            status = (part.state or {}).get("status")
+            tool = TOOLS.get(part.tool)
+            if status == "completed":
+                continue
+            if status == "error":
+                if tool is not None and tool.blocks_on_error:
+                    blocked = True
+                continue
+            if status not in UNFINISHED:
+                continue
+            if blocked:
+                self.interrupt(part, reason="blocked", now=time.time())
+            elif tool is not None and not tool.side_effects:
+                self.run_tool(part)  # recall: no side effects, so running it again is safe
+            else:
+                self.interrupt(part, reason=mode, now=time.time())  # never run twice
+                blocked = True
+        if last.completed_at is None:
+            last.completed_at = timezone.now()
+            if not last.error:
+                last.error = {
+                    "reason": "UnfinishedAssistantMessage",
+                    "message": "Assistant message was not completed before recovery.",
+                    "metadata": {"recovered": True, "mode": mode},
+                }
+            self.writer.touch(last, "completed_at", "error")
+            self.emit(events.MESSAGE_UPDATED, message=message_data(last))
+        if self.mode != Session.Checkpoint.RUNS:  # "runs" writes at terminal states only
+            self.writer.flush()
 
     def step(self, index: int) -> bool:
         before = self.tree or self.snap.track()
@@ -530,8 +585,6 @@ class AgentLoop:
                 "type": "StructuredOutputError",
                 "message": "The model returned no structured output for output_schema.",
             }
-        import jsonschema
-
         try:
             jsonschema.validate(run.output, run.output_schema)
         except jsonschema.ValidationError as exc:
@@ -558,41 +611,7 @@ class AgentLoop:
         run.usage = self.usage
         if status == Run.Status.COMPLETED and not run.result:
             run.result = "stop"
-        next_run = None
-        with transaction.atomic():
-            Session.objects.select_for_update().filter(id=self.session.id).first()
-            Run.objects.filter(id=run.id).update(
-                status=run.status,
-                error=run.error,
-                finished_at=run.finished_at,
-                usage=run.usage,
-                result=run.result,
-                output=run.output,
-            )
-            next_run = (
-                Run.objects.filter(
-                    session_id=self.session.id,
-                    status=Run.Status.PENDING,
-                    multitask_strategy__in=("enqueue", "interrupt", "rollback"),
-                )
-                .exclude(id=run.id)
-                .order_by("id")
-                .first()
-            )
-            lock.hand_over(self.session.id, run.id, next_run.id if next_run else None)
-            events.publish_on_commit(self.session.id, events.RUN_UPDATED, run=run_data(run))
-            session = Session.objects.get(id=self.session.id)
-            if next_run is None:
-                events.publish_on_commit(
-                    self.session.id, events.SESSION_STATUS, status="idle", run_id=None
-                )
-            events.publish_on_commit(
-                self.session.id, events.SESSION_UPDATED, session=session_data(session)
-            )
-            if next_run is not None:
-                from .executor import enqueue_on_commit
-
-                enqueue_on_commit(next_run.id)
+        lifecycle.finish(run)
 
 
 def turn_finished(history: list[Message]) -> bool:
@@ -609,45 +628,16 @@ def turn_finished(history: list[Message]) -> bool:
 
 
 def run_agent(run_id: str) -> bool:
-    """Run (or resume) one run to its end. Safe to deliver twice: a finished run is skipped,
-    and a run that was already running is taken over only once its lease has expired.
-    Returns False when the session is still held and the delivery should be retried."""
+    """Run (or resume) one run to its end (see ``lifecycle.begin`` for why delivering it
+    twice is safe). Returns False when the session is still held by another worker's live
+    lease and the delivery should be retried later."""
     close_old_connections()
     try:
-        run = Run.objects.select_related("session").filter(id=run_id).first()
-        if run is None or run.is_terminal:
-            return True
-        if run.abort_requested and run.status == Run.Status.PENDING:
-            from .services.runs import finish_unstarted
-
-            finish_unstarted(run)
-            return True
-        if run.status == Run.Status.PENDING:
-            if not lock.claim(run.session_id, run.id):
-                return True  # queued behind another run: the hand-over enqueues it
-            # Exactly one delivery moves pending → running; a duplicate stops here.
-            started = Run.objects.filter(
-                id=run.id, status=Run.Status.PENDING, abort_requested=False
-            ).update(
-                status=Run.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1
-            )
-            if not started:
-                run.refresh_from_db()
-                if run.status == Run.Status.PENDING:  # aborted before it started
-                    from .services.runs import finish_unstarted
-
-                    finish_unstarted(run)
-                return True
-        else:
-            # A run that was running: its worker died. Take it over once the lease expired.
-            if not lock.claim(run.session_id, run.id, own_ok=False):
-                log.info("run %s: session %s is still held", run.id, run.session_id)
-                return False
-            Run.objects.filter(id=run.id).update(attempts=F("attempts") + 1)
-        run.refresh_from_db()
-        run.session.refresh_from_db()
-        with log_context(run_id=run.id, session_id=run.session_id):
-            AgentLoop(run).execute()
+        begun = lifecycle.begin(run_id)
+        if begun.run is None:
+            return not begun.retry
+        with log_context(run_id=begun.run.id, session_id=begun.run.session_id):
+            AgentLoop(begun.run).execute()
         return True
     finally:
         close_old_connections()

@@ -6,9 +6,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.conf import settings
+import redis
+from celery import current_app
 from django.db import connection
 from django.http import JsonResponse
+
+from . import runtime
 
 
 def _timed(check) -> dict[str, Any]:  # noqa: ANN001
@@ -29,11 +32,9 @@ def _database() -> str:
 
 
 def _redis() -> str:
-    if not settings.REDIS_URL:
+    if runtime.embedded():
         return "embedded (in-memory channel layer)"
-    import redis
-
-    client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2)
+    client = redis.Redis.from_url(runtime.redis_url(), socket_timeout=2, socket_connect_timeout=2)
     try:
         client.ping()
     finally:
@@ -42,11 +43,9 @@ def _redis() -> str:
 
 
 def _worker() -> str:
-    if settings.RUN_EXECUTOR == "thread":
+    if runtime.in_process():
         return "in-process runs (embedded)"
-    from config.celery import app
-
-    replies = app.control.ping(timeout=1.0) or []
+    replies = current_app.control.ping(timeout=1.0) or []
     if not replies:
         raise RuntimeError("no Celery worker answered within 1 s")
     return f"{len(replies)} worker(s)"

@@ -4,12 +4,14 @@ from celery import shared_task
 from celery.signals import worker_ready
 from django.conf import settings
 
+from . import lifecycle
 from .engine import run_agent
+from .runtime import TASK_NAME
 
 
 @shared_task(
     bind=True,
-    name="runs_app.run_agent",
+    name=TASK_NAME,
     acks_late=True,
     reject_on_worker_lost=True,
     max_retries=40,
@@ -25,6 +27,4 @@ def run_agent_task(self, run_id: str) -> None:  # noqa: ANN001
 def _start_sweeper(**kwargs) -> None:  # noqa: ANN003
     """The next worker to start (and every running one, periodically) resumes the runs of
     workers that died: their leases expire and the sweep enqueues them again."""
-    from .services.recovery import start_sweeper
-
-    start_sweeper()
+    lifecycle.start_sweeper()

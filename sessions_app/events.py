@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers, get_channel_layer
 from django.conf import settings
 from django.db import transaction
 
@@ -133,15 +134,14 @@ class Publisher:
 
     def _get_layer(self) -> Any:
         if self._layer is None:
-            if settings.EMBEDDED:
-                from channels.layers import get_channel_layer
-
-                self._layer = get_channel_layer()
-            else:
-                from channels.layers import channel_layers
-
-                # Our own instance: the shared one belongs to the server's loop.
-                self._layer = channel_layers.make_backend("default")
+            # On the server's loop (``bind_loop``, embedded mode) the server's own layer is
+            # the one its sockets listen to; on a loop of our own, an instance of our own:
+            # a layer's connections belong to the loop that made them.
+            self._layer = (
+                get_channel_layer()
+                if self._external_loop
+                else channel_layers.make_backend(DEFAULT_CHANNEL_LAYER)
+            )
         return self._layer
 
     # -- thread-safe API -------------------------------------------------------------------

@@ -1,17 +1,15 @@
 from __future__ import annotations
 
 from .base import Provider, ProviderError
+from .openai_compat import OpenAIProvider
+from .scripted import ScriptedProvider
 
 
 def get_provider(model: str) -> Provider:
     """``scripted`` or ``openai:<model>``."""
     if not model or model == "scripted":
-        from .scripted import ScriptedProvider
-
         return ScriptedProvider()
     if model.startswith("openai:"):
-        from .openai_compat import OpenAIProvider
-
         return OpenAIProvider(model.split(":", 1)[1])
     raise ProviderError(f"Unknown model {model!r}.")
 

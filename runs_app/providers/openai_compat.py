@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import openai
 from django.conf import settings
 
 from .base import Finish, ProviderError, ReasoningDelta, StreamEvent, TextDelta, ToolCall
@@ -16,8 +17,6 @@ class OpenAIProvider:
     name = "openai"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None):
-        import openai
-
         self.model = model
         self.client = openai.OpenAI(
             base_url=base_url or settings.OPENAI_BASE_URL,
@@ -33,8 +32,6 @@ class OpenAIProvider:
         *,
         should_abort: Callable[[], bool],
     ) -> Iterator[StreamEvent]:
-        import openai
-
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
         if tools:
             kwargs["tools"] = tools

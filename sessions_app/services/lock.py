@@ -1,8 +1,18 @@
-"""The per-session busy lock: a conditional UPDATE on the session row with a lease.
+"""The session's two locks, and the one place that takes them.
 
-A run holds the session while ``busy_run_id`` names it and its lease has not expired; the
-loop renews the lease. A lease that expired belongs to a dead worker and may be taken over,
-so no lock outlives its holder by more than one lease.
+* **The row lock**: ``SELECT … FOR UPDATE`` on the session row, held to the end of the
+  transaction. Every change that must not interleave with a run starting, finishing or
+  handing the session over takes it: ``lock_session`` (the run lifecycle, which decides for
+  itself what a busy session means) or ``lock_idle_session`` (the history moves and the
+  other writes that a running run forbids: 409).
+* **The busy lock**: ``busy_run_id`` plus a lease, set by a conditional UPDATE (``claim``),
+  renewed by the running loop (``renew``), released or passed on under the row lock
+  (``hand_over``). A lease that expired belongs to a dead worker and may be taken over, so no
+  busy lock outlives its holder by more than one lease.
+
+**Lock order.** The session row first; then run rows; then messages and parts; then the
+owner's user row (quotas). Nothing locks a run, message or user row and then the session
+row, so two writers of one session never wait on each other in a cycle.
 """
 
 from __future__ import annotations
@@ -13,11 +23,32 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from ..errors import NotFoundError, SessionBusyError
 from ..models import Session
 
 
 def _lease_end():  # noqa: ANN202
     return timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
+
+
+def lock_session(session_id: str) -> Session:
+    """The session row, locked until the transaction ends (call inside ``atomic``), busy or
+    not: for the run lifecycle, which decides what a busy session means for its move."""
+    session = Session.objects.select_for_update().filter(id=session_id).first()
+    if session is None:
+        raise NotFoundError("No such session.")
+    return session
+
+
+def lock_idle_session(session_id: str, *, holder_run_id: str | None = None) -> Session:
+    """The session row, locked until the transaction ends, with the guarantee that no run
+    holds the session while the caller works (SEMANTICS 1.4): a run in progress makes this a
+    409 ``SessionBusyError``. ``holder_run_id``: the run that holds the busy lock may pass
+    (a run's own cleanup of a pending revert)."""
+    session = lock_session(session_id)
+    if is_busy(session) and session.busy_run_id != holder_run_id:
+        raise SessionBusyError()
+    return session
 
 
 def is_busy(session: Session) -> bool:

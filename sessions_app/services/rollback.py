@@ -12,7 +12,7 @@ from .. import events
 from ..errors import ConflictError, InvalidInput
 from ..models import HistoryEvent, Message, Session
 from ..selectors import active_path, session_data
-from .revert import _locked
+from . import lock
 
 
 def estimate_context_tokens(path: list[Message]) -> int:
@@ -31,7 +31,7 @@ def rollback_session(*, session: Session, num_turns: Any, user=None) -> Session:
     if isinstance(num_turns, bool) or not isinstance(num_turns, int) or num_turns < 1:
         raise InvalidInput("num_turns must be an integer of at least 1.")
     with transaction.atomic():
-        locked = _locked(session)
+        locked = lock.lock_idle_session(session.id)
         if locked.revert:
             raise ConflictError("A revert is pending: unrevert or confirm it before a rollback.")
         path = active_path(locked)

@@ -8,8 +8,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
+from runs_app.lifecycle import requeue_expired
 from runs_app.models import Run
-from runs_app.services.recovery import requeue_stale_runs
 from sessions_app.models import Session
 
 
@@ -32,7 +32,7 @@ class Command(BaseCommand):
         if options["dry_run"]:
             self.stdout.write(f"{len(stale)} stale session(s); nothing changed (--dry-run)")
             return
-        resumed = requeue_stale_runs()
+        resumed = requeue_expired()
         self.stdout.write(
             f"{len(stale)} stale session(s): {len(resumed)} run(s) resumed, "
             f"{len(stale) - len(resumed)} lock(s) released"

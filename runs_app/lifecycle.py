@@ -1,0 +1,225 @@
+"""A run's states and the moves between them, in one place.
+
+::
+
+    (request) ──admit──▶ pending ──begin──▶ running ──finish──▶ completed | cancelled | error
+                  │         │                  ▲
+                  │         └─finish_unstarted─┼──▶ cancelled (aborted before it started)
+                  └─ 409 (reject)              └── begin again once its lease expired
+                                                   (its worker died: ``requeue_expired``)
+
+* ``admit`` saves a requested run and gives it the session's busy lock, or queues it behind
+  the run that holds the session (``enqueue`` / ``interrupt`` / ``rollback``), or refuses
+  (``reject``: 409).
+* ``begin`` is the first thing an execution of a run does: exactly one delivery moves a run
+  from ``pending`` to ``running``; a run that was ``running`` is taken over only once the
+  lease of the worker that ran it has expired.
+* ``finish`` and ``finish_unstarted`` record the end and **hand the session over**: to the
+  oldest queued run, or back to idle, inside the transaction that holds the session row, so
+  a run queued at that moment is never left behind a released lock.
+* ``requeue_expired`` (the sweep every worker and the embedded server run) starts again the
+  runs whose worker died, without waiting for the broker's visibility timeout.
+
+The engine runs steps between ``begin`` and ``finish``; services call ``admit`` and
+``finish_unstarted``. Events and task enqueues leave after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from sessions_app import events
+from sessions_app.errors import SessionBusyError
+from sessions_app.models import Session
+from sessions_app.selectors import session_data
+from sessions_app.services import lock
+
+from . import runtime
+from .models import Run
+from .selectors import run_data
+
+log = logging.getLogger(__name__)
+
+QUEUED_STRATEGIES = ("enqueue", "interrupt", "rollback")
+STRATEGIES = ("reject", *QUEUED_STRATEGIES)
+
+
+def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
+    """Inside the transaction that holds the session row (``lock.lock_session``): save
+    ``run`` and take the busy lock for it, or queue it behind the holder
+    (``enqueue``/``interrupt``/``rollback``), or refuse (``reject``: 409, nothing saved)."""
+    strategy = run.multitask_strategy
+    busy = lock.is_busy(locked) and locked.busy_run_id != run.id
+    if busy and strategy not in QUEUED_STRATEGIES:
+        raise SessionBusyError()
+    if busy and strategy in ("interrupt", "rollback"):
+        run.interrupted_run_id = locked.busy_run_id
+    run.save()
+    if busy:
+        if run.interrupted_run_id:
+            # The holder stops at its next check and hands the session to the oldest
+            # queued run; with "rollback" that run first moves the head back (engine).
+            Run.objects.filter(id=run.interrupted_run_id).update(abort_requested=True)
+            stopped = run.interrupted_run_id
+            transaction.on_commit(lambda: runtime.abort_bus().notify(stopped))
+    else:
+        if not lock.claim(locked.id, run.id):
+            raise SessionBusyError()
+        if not defer_enqueue:
+            runtime.enqueue_on_commit(run.id)
+        events.publish_on_commit(locked.id, events.SESSION_STATUS, status="busy", run_id=run.id)
+    events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
+    return run
+
+
+@dataclass(frozen=True)
+class Begun:
+    """What ``begin`` decided: the run to execute now (``run``), nothing to do (``run`` is
+    None), or ``retry``: the session is still held by another worker's live lease."""
+
+    run: Run | None
+    retry: bool = False
+
+
+def begin(run_id: str) -> Begun:
+    """Start (or take over) ``run_id``. Safe to call twice for one run: a finished run is
+    skipped, a duplicate delivery of a pending run stops here, and a run that was running is
+    taken over only once its lease has expired."""
+    run = Run.objects.select_related("session").filter(id=run_id).first()
+    if run is None or run.is_terminal:
+        return Begun(None)
+    if run.status == Run.Status.PENDING:
+        if run.abort_requested:
+            finish_unstarted(run)
+            return Begun(None)
+        if not lock.claim(run.session_id, run.id):
+            return Begun(None)  # queued behind another run: the hand-over enqueues it
+        started = Run.objects.filter(
+            id=run.id, status=Run.Status.PENDING, abort_requested=False
+        ).update(status=Run.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1)
+        if not started:
+            run.refresh_from_db()
+            if run.status == Run.Status.PENDING:  # aborted between the two statements
+                finish_unstarted(run)
+            return Begun(None)
+    else:
+        # A run that was running: its worker died. Take it over once the lease expired.
+        if not lock.claim(run.session_id, run.id, own_ok=False):
+            log.info("run %s: session %s is still held", run.id, run.session_id)
+            return Begun(None, retry=True)
+        Run.objects.filter(id=run.id).update(attempts=F("attempts") + 1)
+    run.refresh_from_db()
+    run.session.refresh_from_db()
+    return Begun(run)
+
+
+def finish(run: Run) -> None:
+    """Record the end of a run that ran (``status``, ``error``, ``result``, ``output``,
+    ``usage``, ``finished_at`` set on ``run``) and hand the session over."""
+    with transaction.atomic():
+        lock.lock_session(run.session_id)
+        Run.objects.filter(id=run.id).update(
+            status=run.status,
+            error=run.error,
+            finished_at=run.finished_at,
+            usage=run.usage,
+            result=run.result,
+            output=run.output,
+        )
+        _hand_over(run.session_id, run.id)
+        events.publish_on_commit(run.session_id, events.RUN_UPDATED, run=run_data(run))
+        session = Session.objects.get(id=run.session_id)
+        events.publish_on_commit(
+            run.session_id, events.SESSION_UPDATED, session=session_data(session)
+        )
+
+
+def finish_unstarted(run: Run, status: str = Run.Status.CANCELLED) -> Run:
+    """End a run that never started, handing the session on if it held it."""
+    with transaction.atomic():
+        locked = lock.lock_session(run.session_id)
+        updated = Run.objects.filter(id=run.id, status=Run.Status.PENDING).update(
+            status=status, finished_at=timezone.now()
+        )
+        run.refresh_from_db()
+        if updated and locked.busy_run_id == run.id:
+            _hand_over(locked.id, run.id)
+        events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
+    return run
+
+
+def _hand_over(session_id: str, run_id: str) -> str | None:
+    """Under the session row lock: pass the busy lock from ``run_id`` to the oldest queued
+    run (enqueued after commit), or release it (``session.status`` idle)."""
+    next_run = (
+        Run.objects.filter(
+            session_id=session_id,
+            status=Run.Status.PENDING,
+            multitask_strategy__in=QUEUED_STRATEGIES,
+        )
+        .exclude(id=run_id)
+        .order_by("id")
+        .values_list("id", flat=True)
+        .first()
+    )
+    lock.hand_over(session_id, run_id, next_run)
+    if next_run:
+        runtime.enqueue_on_commit(next_run)
+    else:
+        events.publish_on_commit(session_id, events.SESSION_STATUS, status="idle", run_id=None)
+    return next_run
+
+
+def requeue_expired() -> list[str]:
+    """Sessions whose busy lease expired belong to a dead worker: start the holder's run
+    again (``begin`` takes it over and it resumes), or release the lock when the holder had
+    already finished. A duplicate start is harmless (see ``begin``)."""
+    requeued = []
+    stale = Session.objects.filter(
+        busy_run_id__isnull=False, lease_expires_at__lt=timezone.now()
+    ).values_list("id", "busy_run_id")
+    for session_id, run_id in stale:
+        run = Run.objects.filter(id=run_id).only("status").first()
+        if run is None or run.is_terminal:
+            with transaction.atomic():
+                lock.lock_session(session_id)
+                lock.hand_over(session_id, run_id, None)
+            continue
+        runtime.enqueue(run_id)
+        requeued.append(run_id)
+    return requeued
+
+
+_sweeper_pid = 0
+
+
+def start_sweeper() -> None:
+    """A daemon thread that runs ``requeue_expired`` every half lease, once per process."""
+    global _sweeper_pid
+    if _sweeper_pid == os.getpid():
+        return
+    _sweeper_pid = os.getpid()
+
+    def sweep() -> None:
+        interval = max(1.0, settings.RUN_LEASE_SECONDS / 2)
+        while True:
+            try:
+                requeued = requeue_expired()
+                if requeued:
+                    log.warning("re-enqueued runs with expired leases: %s", requeued)
+            except Exception:
+                log.exception("stale-run sweep failed")
+            finally:
+                connection.close()
+            time.sleep(interval)
+
+    threading.Thread(target=sweep, name="stale-run-sweeper", daemon=True).start()

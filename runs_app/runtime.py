@@ -1,0 +1,114 @@
+"""Embedded or services mode, decided here and nowhere else.
+
+The mode decides three things, each provided from this module:
+
+* **where a run executes** (``enqueue``): a Celery task in services mode, an in-process
+  thread pool in embedded mode (``RUN_EXECUTOR=thread``, which the in-process tests also use).
+  Both end in the same ``run_agent``, registered by the app at start-up (``set_runner``) so
+  that this module needs no import of the engine;
+* **how an abort reaches a running loop** (``abort_bus``): Redis pub/sub across processes,
+  or an in-process event;
+* **where events are published from** (``attach_server``): in embedded mode the in-memory
+  channel layer lives on the ASGI server's loop, so the publisher binds to it, and the server
+  also sweeps for runs whose lease expired (no worker does it there).
+
+Everything else asks this module; no other module branches on the mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
+
+from sessions_app.events import publisher
+
+from . import abort_bus as buses
+
+log = logging.getLogger(__name__)
+
+TASK_NAME = "runs_app.run_agent"
+
+_runner: Callable[[str], object] | None = None
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+_bus: buses.AbortBus | None = None
+_bus_lock = threading.Lock()
+
+
+def embedded() -> bool:
+    """No Redis: SQLite, the in-memory channel layer, runs in the server's process."""
+    return not settings.REDIS_URL
+
+
+def redis_url() -> str:
+    """Where Redis is, in services mode (broker, channel layer, abort bus)."""
+    return settings.REDIS_URL
+
+
+def in_process() -> bool:
+    """Runs execute in this process's thread pool instead of a Celery worker."""
+    return settings.RUN_EXECUTOR == "thread"
+
+
+def set_runner(runner: Callable[[str], object]) -> None:
+    """The function that runs a run by id (``engine.run_agent``); set once at start-up."""
+    global _runner
+    _runner = runner
+
+
+def _pool_executor() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(
+                max_workers=settings.EMBEDDED_RUN_THREADS, thread_name_prefix="run"
+            )
+        return _pool
+
+
+def _run_safely(run_id: str) -> None:
+    assert _runner is not None, "runs_app is not ready: no runner registered"
+    try:
+        _runner(run_id)
+    except Exception:
+        log.exception("in-process run %s crashed", run_id)
+
+
+def enqueue(run_id: str) -> Future | None:
+    """Start ``run_id`` where runs execute in this mode. Call after the transaction that
+    created or queued the run commits (``enqueue_on_commit``)."""
+    if in_process():
+        return _pool_executor().submit(_run_safely, run_id)
+    # The project's Celery app (config/celery.py) is the current one once Django is set up.
+    current_app.send_task(TASK_NAME, args=[run_id], task_id=run_id)
+    return None
+
+
+def enqueue_on_commit(run_id: str) -> None:
+    transaction.on_commit(lambda: enqueue(run_id))
+
+
+def abort_bus() -> buses.AbortBus:
+    """The process's abort bus for this mode."""
+    global _bus
+    with _bus_lock:
+        if _bus is None:
+            _bus = buses.LocalAbortBus() if embedded() else buses.RedisAbortBus(redis_url())
+        return _bus
+
+
+def attach_server(loop: asyncio.AbstractEventLoop, start_sweeper: Callable[[], None]) -> None:
+    """Called by the ASGI server on its loop. Embedded mode: events are published on that
+    loop (the in-memory layer lives there), and runs whose lease expired are resumed here."""
+    if not embedded():
+        return
+    publisher.bind_loop(loop)
+    if in_process():
+        start_sweeper()

@@ -1,0 +1,100 @@
+"""The run lifecycle's guarantees (issue 13, items 1 and 3): one owner for a run's
+transitions, and a heartbeat that cannot renew the lease stops the run, so a session never
+has two writers."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from runs_app.engine import run_agent
+from runs_app.models import Run
+from runs_app.services.runs import start_run
+from sessions_app.models import Part, Session
+from sessions_app.services import lock
+from sessions_app.services.sessions import create_session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SCRIPT = "pace 60\nsay " + " ".join(f"w{i}" for i in range(40)) + "\nappend log.txt once"
+
+
+def text_of(session: Session) -> str:
+    return "".join(
+        p.text
+        for p in Part.objects.filter(
+            session=session, type="text", message__role="assistant"
+        ).order_by("id")
+    )
+
+
+def test_a_heartbeat_that_cannot_renew_stops_the_run_and_a_second_worker_finishes_it(
+    owner, settings, monkeypatch
+):
+    settings.RUN_LEASE_SECONDS = 0.9  # renewed every 0.3 s
+    settings.STREAM_FLUSH_SECONDS = 0.1
+    session = create_session(owner=owner)
+    run = start_run(
+        session=session,
+        user=owner,
+        messages=[{"role": "user", "content": SCRIPT}],
+        defer_enqueue=True,
+    )
+
+    def broken_renew(session_id: str, run_id: str) -> bool:
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(lock, "renew", broken_renew)
+    first = threading.Thread(target=run_agent, args=(run.id,))
+    started = time.monotonic()
+    first.start()
+    first.join(timeout=10)
+    assert not first.is_alive()
+    # The loop stopped at its first failed renewal, long before its 2.4 s of streaming ended.
+    assert time.monotonic() - started < 2.0
+    run.refresh_from_db()
+    assert run.status == Run.Status.RUNNING, "it stopped; it did not finish unrenewed"
+    written = text_of(session)
+    assert len(written.split()) < 40
+    time.sleep(1.0)
+    assert text_of(session) == written, "nothing written after the loop stopped"
+    assert not (session.worktree / "log.txt").exists()
+
+    # The lease expires; another worker takes the run over and finishes it, alone.
+    monkeypatch.undo()
+    Session.objects.filter(id=session.id).update(lease_expires_at=None)  # expired
+    second = threading.Thread(target=run_agent, args=(run.id,))
+    second.start()
+    second.join(timeout=30)
+    run.refresh_from_db()
+    assert run.status == Run.Status.COMPLETED, run.error
+    assert (session.worktree / "log.txt").read_text() == "once\n"
+
+
+def test_a_queued_run_is_handed_the_session_by_the_one_that_finishes(owner):
+    """The hand-over is lifecycle's: the queued run starts when the holder ends."""
+    session = create_session(owner=owner)
+    first = start_run(
+        session=session,
+        user=owner,
+        messages=[{"role": "user", "content": "wait 0.5\nsay first"}],
+    )
+    second = start_run(
+        session=session,
+        user=owner,
+        messages=[{"role": "user", "content": "say second"}],
+        multitask_strategy="enqueue",
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        second.refresh_from_db()
+        if second.is_terminal:
+            break
+        time.sleep(0.05)
+    first.refresh_from_db()
+    assert first.status == second.status == Run.Status.COMPLETED
+    assert first.finished_at <= second.started_at
+    session.refresh_from_db()
+    assert session.busy_run_id is None and session.status == Session.Status.IDLE

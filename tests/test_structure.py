@@ -1,0 +1,198 @@
+"""The structure the design asks for (ARCHITECTURE "Layout", STYLE "One owner per concern"),
+checked on the code itself so that a change that breaks it fails here:
+
+* imports go one way, ``runs_app`` → ``sessions_app``, and no module imports itself back
+  through others (no cycle, function-level imports counted);
+* no function-level import hides a cycle;
+* the session row is locked in one module (``sessions_app/services/lock.py``), and the
+  run's transitions (claim, hand-over) happen in one (``runs_app/lifecycle.py``);
+* the mode (embedded or services) is decided in one module (``runs_app/runtime.py``).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+APPS = ("sessions_app", "runs_app", "config")
+
+
+def sources(*packages: str) -> list[Path]:
+    return [
+        p
+        for package in packages
+        for p in sorted((ROOT / package).rglob("*.py"))
+        if "migrations" not in p.parts
+    ]
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return grimp.build_graph(*APPS)
+
+
+def strongly_connected(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm, iteratively: the groups of modules that import each other."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    groups: list[list[str]] = []
+    counter = 0
+    for root in edges:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in edges:
+                    continue
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    return groups
+
+
+def test_sessions_app_never_imports_runs_app(graph):
+    arrows = sorted(
+        (module, imported)
+        for module in graph.modules
+        if module.startswith("sessions_app")
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.startswith("runs_app")
+    )
+    assert not arrows, f"sessions_app must not import runs_app: {arrows}"
+
+
+def test_there_is_no_import_cycle(graph):
+    edges = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    cycles = strongly_connected(edges)
+    assert not cycles, f"modules that import each other: {cycles}"
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+# Function-level imports that are not there to dodge a cycle: Django's documented place for
+# start-up registration.
+ALLOWED_LOCAL_IMPORTS = {("runs_app/apps.py", "ready")}
+
+
+def test_no_function_level_imports():
+    found = []
+    for path in sources(*APPS):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            if (rel(path), node.name) in ALLOWED_LOCAL_IMPORTS:
+                continue
+            for inner in ast.walk(node):
+                if isinstance(inner, ast.Import | ast.ImportFrom):
+                    found.append(f"{rel(path)}:{inner.lineno} in {node.name}()")
+    assert not found, "import at module level (a local import hides a cycle): " + ", ".join(found)
+
+
+def calls(path: Path, attribute: str) -> list[int]:
+    """Lines of ``path`` that call ``<something>.<attribute>(…)``."""
+    tree = ast.parse(path.read_text())
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == attribute
+    ]
+
+
+def session_row_locks(path: Path) -> list[int]:
+    """Lines that lock a Session row: ``Session.objects.select_for_update()…``."""
+    tree = ast.parse(path.read_text())
+    lines = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "select_for_update"
+            and "Session.objects" in ast.unparse(node.func.value)
+        ):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_session_row_is_locked_in_one_module():
+    owner = "sessions_app/services/lock.py"
+    elsewhere = {
+        rel(p): lines
+        for p in sources("sessions_app", "runs_app")
+        if rel(p) != owner and (lines := session_row_locks(p))
+    }
+    assert not elsewhere, (
+        f"lock the session row with lock.lock_session/lock_idle_session: {elsewhere}"
+    )
+    assert session_row_locks(ROOT / owner)
+
+
+def test_the_run_transitions_have_one_owner():
+    owner = "runs_app/lifecycle.py"
+    for name in ("claim", "hand_over"):
+        elsewhere = {
+            rel(p): lines
+            for p in sources("sessions_app", "runs_app")
+            if rel(p) not in (owner, "sessions_app/services/lock.py") and (lines := calls(p, name))
+        }
+        assert not elsewhere, f"lock.{name} outside {owner}: {elsewhere}"
+    strategies = [
+        rel(p)
+        for p in sources("sessions_app", "runs_app")
+        if '"enqueue", "interrupt", "rollback"' in p.read_text()
+    ]
+    assert strategies == [owner], strategies
+
+
+def test_the_mode_is_decided_in_one_module():
+    owner = "runs_app/runtime.py"
+    words = ("EMBEDDED", "RUN_EXECUTOR", "REDIS_URL")
+    elsewhere = {
+        rel(p): [w for w in words if f"settings.{w}" in p.read_text()]
+        for p in sources("sessions_app", "runs_app", "config")
+        if rel(p) not in (owner, "config/settings.py")
+    }
+    elsewhere = {k: v for k, v in elsewhere.items() if v}
+    assert not elsewhere, f"ask runs_app.runtime instead: {elsewhere}"
