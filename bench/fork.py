@@ -48,9 +48,9 @@ def _ours_fork(user: Any, sizes: list[int], repeats: int) -> list[dict[str, Any]
     from django.db import connection
 
     from runs_app.models import Run
+    from runs_app.services.fork import fork_session
+    from runs_app.services.seed import seed_runs
     from sessions_app.models import Message, Part
-    from sessions_app.services.fork import fork_session
-    from sessions_app.services.seed import seed_runs
     from sessions_app.services.sessions import create_session
 
     out = []
@@ -106,7 +106,7 @@ def _ours_checkpoint(user: Any, prior: int, batches: int) -> dict[str, Any]:
     from runs_app.checkpoint import Checkpointer
     from runs_app.models import Run
     from runs_app.services.runs import start_run
-    from sessions_app.services.seed import seed_runs
+    from runs_app.services.seed import seed_runs
     from sessions_app.services.sessions import create_session
 
     session = create_session(owner=user, title=f"checkpoint {prior}")

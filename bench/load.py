@@ -137,7 +137,7 @@ def run(env: Env, *, quick: bool) -> dict[str, Any]:
     from rest_framework.authtoken.models import Token
 
     from runs_app.services.runs import start_run
-    from sessions_app.services.seed import seed_runs
+    from runs_app.services.seed import seed_runs
     from sessions_app.services.sessions import create_session
 
     emit_dir = env.workdir / "emit-load"

@@ -1,14 +1,16 @@
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from sessions_app.admin import OwnedAdmin, SessionAdmin, admin_link
+from sessions_app.errors import AppError
 from sessions_app.models import Session
 
 from .models import Run
+from .services.fork import fork_session
 from .services.runs import abort_session, start_run
 
 
@@ -63,7 +65,20 @@ admin.site.unregister(Session)
 class SessionWithRunsAdmin(SessionAdmin):
     """The session admin plus the moves that need a run: resume and abort."""
 
-    actions = [*SessionAdmin.actions, "resume_action", "abort_action"]
+    actions = [*SessionAdmin.actions, "fork_action", "resume_action", "abort_action"]
+
+    @admin.action(description="Fork into my account (chat and files)", permissions=["view"])
+    def fork_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
+        for session in queryset:
+            try:
+                fork = fork_session(source=session, user=request.user)
+            except AppError as exc:
+                self.message_user(request, f"{session.id}: {exc.message}", messages.ERROR)
+                continue
+            self.message_user(
+                request,
+                format_html("Forked {} into {}.", session.id, admin_link(fork, fork.title)),
+            )
 
     @admin.action(description="Resume the unfinished turn", permissions=["change"])
     def resume_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001

@@ -12,7 +12,6 @@ from django.utils.html import format_html
 from .errors import AppError
 from .models import HistoryEvent, Message, Part, Session, Share
 from .selectors import active_path
-from .services import fork as fork_services
 from .services import revert as revert_services
 from .services import rollback as rollback_services
 from .services import sharing
@@ -143,7 +142,6 @@ class SessionAdmin(OwnedAdmin):
         "unrevert_action",
         "cleanup_action",
         "rollback_action",
-        "fork_action",
         "revoke_share_action",
     ]
 
@@ -205,19 +203,6 @@ class SessionAdmin(OwnedAdmin):
                 "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
             },
         )
-
-    @admin.action(description="Fork into my account (chat and files)", permissions=["view"])
-    def fork_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
-        for session in queryset:
-            try:
-                fork = fork_services.fork_session(source=session, user=request.user)
-            except AppError as exc:
-                self.message_user(request, f"{session.id}: {exc.message}", messages.ERROR)
-                continue
-            self.message_user(
-                request,
-                format_html("Forked {} into {}.", session.id, admin_link(fork, fork.title)),
-            )
 
     @admin.display(boolean=True, description="revert pending")
     def reverted(self, obj: Session) -> bool:

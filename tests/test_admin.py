@@ -63,7 +63,7 @@ def test_the_browser_api_keeps_csrf_on(owner):
 
 
 def test_the_session_list_searches_renames_deletes_and_shows_forks(owner, outsider):
-    from sessions_app.services.fork import fork_session
+    from runs_app.services.fork import fork_session
 
     browser = Client()
     browser.force_login(owner)

@@ -11,20 +11,16 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from runs_app.models import Run
+from runs_app.services.fork import fork_session
 from runs_app.services.runs import wait_for_run
+from runs_app.services.seed import seed_runs
 from sessions_app import snapshots
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import active_path
-from sessions_app.services.fork import fork_session
-from sessions_app.services.seed import seed_runs
 from sessions_app.services.sessions import create_session
-from tests.conftest import client_for, run_turn
+from tests.conftest import client_for, new_session, run_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def new_session(api, **fields) -> str:
-    return api.post("/api/sessions/", {"title": "src", **fields}, format="json").json()["id"]
 
 
 def fork(api, sid, **body):

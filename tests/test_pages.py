@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from runs_app.services.seed import seed_runs
 from sessions_app.models import Message, Part, Session
-from sessions_app.services.seed import seed_runs
 from sessions_app.services.sessions import create_session
 from tests.conftest import client_for, run_turn
 

@@ -29,10 +29,12 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from .. import ids, snapshots
-from ..errors import NotFoundError
-from ..models import HistoryEvent, Message, Part, Session
-from .sessions import check_session_quota
+from sessions_app import ids, snapshots
+from sessions_app.models import HistoryEvent, Message, Part, Session, Share
+from sessions_app.selectors import fork_point
+from sessions_app.services.sessions import check_session_quota
+
+from ..models import Run
 
 PATH = (
     "path(id, parent_id) AS ("
@@ -68,20 +70,6 @@ def _columns(model: Any, overrides: dict[str, str], alias: str) -> tuple[str, st
         names.append(quote(column))
         values.append(overrides.get(column, f"{alias}.{quote(column)}"))
     return ", ".join(names), ", ".join(values)
-
-
-def fork_point(source: Session, message_id: str | None) -> str | None:
-    if message_id:
-        if not Message.objects.filter(id=message_id, session=source).exists():
-            raise NotFoundError("No such message in this session.")
-        return message_id
-    revert = source.revert or {}
-    if revert.get("message_id"):
-        # A pending revert hides what follows its boundary: the fork stops before it.
-        boundary = Message.objects.filter(id=revert["message_id"]).first()
-        if boundary is not None:
-            return boundary.id if revert.get("part_id") else boundary.parent_id
-    return source.head_id
 
 
 def tree_at(source: Session, leaf: str | None) -> str | None:
@@ -156,8 +144,6 @@ def _copy(
     *,
     same_owner: bool,
 ) -> None:
-    from runs_app.models import Run
-
     unfinished = "r.status IN ('pending', 'running')"
     statements = [
         (
@@ -304,3 +290,17 @@ def copy_path(
         raise
     fork.refresh_from_db()
     return fork
+
+
+def fork_shared(*, share: Share, user, title: str = "") -> Session:  # noqa: ANN001
+    """The caller's own copy of exactly what the share pins — the pinned path (none for an
+    empty pin) and the pinned files — with lineage to the source (SEMANTICS 6.3, 6.4)."""
+    source = share.session
+    return copy_path(
+        source=source,
+        user=user,
+        leaf=share.message_id,
+        title=title or f"Fork of {source.title}".strip(),
+        tree=share.snapshot or snapshots.EMPTY_TREE,
+        system_prompt=source.system_prompt if share.include_system_prompt else "",
+    )

@@ -12,9 +12,11 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from .. import ids
-from ..models import Message, Part, Session
-from ..snapshots import EMPTY_TREE
+from sessions_app import ids
+from sessions_app.models import Message, Part, Session
+from sessions_app.snapshots import EMPTY_TREE
+
+from ..models import Run
 
 
 def _step(mid: str, sid: str, order: int, kind: str, step: int) -> Part:
@@ -28,8 +30,6 @@ def _step(mid: str, sid: str, order: int, kind: str, step: int) -> Part:
 
 
 def seed_runs(session: Session, runs: int, *, batch_size: int = 2000) -> Session:
-    from runs_app.models import Run
-
     base = timezone.now() - timedelta(days=1)
     run_rows, messages, parts = [], [], []
     parent = session.head_id

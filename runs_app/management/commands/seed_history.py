@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_app.services.seed import seed_runs
+from runs_app.services.seed import seed_runs
 from sessions_app.services.sessions import create_session
 
 
