@@ -349,6 +349,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = RUN_TIME_LIMIT_SECONDS
 
 # Files larger than this stay out of worktree snapshots (reported in step-finish parts).
 SNAPSHOT_MAX_FILE_BYTES = int(os.environ.get("SNAPSHOT_MAX_FILE_BYTES", str(10 * 1024 * 1024)))
+# A git call of the snapshots that has not answered after this long is killed and fails with
+# SnapshotError: a hung git (a stuck filesystem, a huge worktree) must not hold a run forever.
+SNAPSHOT_GIT_TIMEOUT_SECONDS = float(os.environ.get("SNAPSHOT_GIT_TIMEOUT_SECONDS", "60"))
 
 # Bounded answers (CONTRACT "Pages and limits"): message and session lists come in pages of
 # ``limit`` (default / most), a page of messages stops at about API_PAGE_MAX_BYTES, and each

@@ -12,17 +12,33 @@ that the worktree itself contains is never used or changed (it is excluded).
   files taken from other trees, without touching the worktree; ``checkout(tree, files)``
   then writes only those files. Revert is built on these two, so its cost follows the files
   it changes, not the size of the worktree.
+
+Every git process starts in one place, ``Snapshots._run``: with a timeout
+(``SNAPSHOT_GIT_TIMEOUT_SECONDS``), and nothing but ``SnapshotError`` ever comes out of it.
+``prune_store`` deletes the objects of the shared store that no snapshot needs any more
+(``manage.py prune_snapshots``).
+
+No lock per git directory: the session's index has one writer at a time by construction. The
+loop ``track``s while it holds the busy lock; the history moves (revert, unrevert, a run's
+branch start) write while they hold the session row with no run holding the busy lock, and a
+run cannot take the busy lock while the row is held; a fork writes only its new git dir.
+Readers beside the loop (diffs, previews, shares) use ``peek`` (a scratch index) or read
+objects only, which are immutable.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +52,8 @@ class SnapshotError(RuntimeError):
 
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+OBJECT_ID = re.compile(r"[0-9a-f]{40}")
+TMP_PREFIX = ".tmp-"  # a tree object ``_write_tree_object`` is writing (git's own: tmp_obj_)
 
 GIT_CONFIG = """[core]
 \trepositoryformatversion = 0
@@ -47,6 +65,15 @@ GIT_CONFIG = """[core]
 [gc]
 \tauto = 0
 """
+
+
+@dataclass(frozen=True)
+class GitResult:
+    """What a git process answered: its exit code, its output and its error text."""
+
+    code: int
+    stdout: bytes
+    stderr: str
 
 
 @dataclass(frozen=True)
@@ -70,19 +97,63 @@ class Snapshots:
             env["GIT_INDEX_FILE"] = index
         return env
 
-    def _git(
-        self, *args: str, input: bytes | None = None, check: bool = True, index: str | None = None
-    ) -> str:
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=self.worktree,
-            env=self._env(index),
-            input=input,
-            capture_output=True,
-        )
-        if check and proc.returncode != 0:
-            raise SnapshotError(f"git {args[0]}: {proc.stderr.decode(errors='replace').strip()}")
-        return proc.stdout.decode("utf-8", errors="surrogateescape")
+    def _run(
+        self,
+        args: Sequence[str],
+        *,
+        input: bytes | None = None,
+        index: str | None = None,
+        timeout: float | None = None,
+    ) -> GitResult:
+        """The one place a git process starts. A non-zero exit is returned for the caller to
+        judge (``_add_all`` and ``read_blob`` expect some); a git that cannot start, or that
+        has not answered after ``timeout`` (default ``SNAPSHOT_GIT_TIMEOUT_SECONDS``), is a
+        ``SnapshotError``: the engine catches that one, so a broken or hung git costs a
+        snapshot, never the run's worker. Anything else (a Celery time limit, ^C) goes on up
+        after the process is killed."""
+        limit = settings.SNAPSHOT_GIT_TIMEOUT_SECONDS if timeout is None else timeout
+        try:
+            proc = subprocess.Popen(
+                ["git", *args],
+                cwd=self.worktree,
+                env=self._env(index),
+                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                # Its own process group, so a kill reaches whatever git started too: a child
+                # left holding the pipes would keep ``communicate`` waiting past the timeout.
+                start_new_session=True,
+            )
+        except OSError as exc:  # no git, no worktree, an argument list over the kernel's limit
+            raise SnapshotError(f"git {args[0]}: {exc}") from exc
+        with proc:  # on the way out: the pipes closed, the process reaped
+            try:
+                out, err = proc.communicate(input, timeout=limit)
+            except BaseException as exc:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                if isinstance(exc, subprocess.TimeoutExpired):
+                    raise SnapshotError(f"git {args[0]}: no answer after {limit:g}s") from None
+                raise
+        return GitResult(proc.returncode, out, err.decode(errors="replace").strip())
+
+    def _check(
+        self,
+        args: Sequence[str],
+        *,
+        input: bytes | None = None,
+        index: str | None = None,
+        timeout: float | None = None,
+    ) -> bytes:
+        """``_run`` for the calls that must succeed: a non-zero exit is a ``SnapshotError``
+        with git's own message."""
+        result = self._run(args, input=input, index=index, timeout=timeout)
+        if result.code != 0:
+            raise SnapshotError(f"git {args[0]}: {result.stderr or f'exit code {result.code}'}")
+        return result.stdout
+
+    def _git(self, *args: str, input: bytes | None = None, index: str | None = None) -> str:
+        return self._check(args, input=input, index=index).decode("utf-8", "surrogateescape")
 
     def ensure(self) -> None:
         """Make the git dir if it is missing: written directly (what ``git init`` and five
@@ -140,21 +211,16 @@ class Snapshots:
         ``git~1``, see ``git_names``): tools refuse to write those, but a shell or the user
         may make them, and one such file must not stop every snapshot of the session (it
         stays out, and ``skipped`` reports it). Any other failure is an error."""
-        proc = subprocess.run(
-            ["git", "add", "--all", "--ignore-errors", "--", "."],
-            cwd=self.worktree,
-            env=self._env(index),
-            capture_output=True,
-        )
-        if proc.returncode == 0:
+        result = self._run(["add", "--all", "--ignore-errors", "--", "."], index=index)
+        if result.code == 0:
             return
-        errors = proc.stderr.decode(errors="replace").splitlines()
+        errors = result.stderr.splitlines()
         unexpected = [
             line
             for line in errors
             if not line.startswith(("error: invalid path ", "error: unable to add "))
         ]
-        if proc.returncode != 1 or unexpected:
+        if result.code != 1 or unexpected:
             raise SnapshotError(f"git add: {' '.join(unexpected or errors).strip()}")
 
     def _clear_stale_lock(self, stale_after: float = 30.0) -> None:
@@ -258,13 +324,10 @@ class Snapshots:
     def read_blob(self, tree: str, path: str) -> bytes | None:
         """A file's content as it is in ``tree``; None when it is not there."""
         self.ensure()
-        proc = subprocess.run(
-            ["git", "cat-file", "blob", f"{tree}:{path}"],
-            cwd=self.worktree,
-            env=self._env(),
-            capture_output=True,
-        )
-        return proc.stdout if proc.returncode == 0 else None
+        # Any refusal (no such tree, no such path, not a blob) reads as "not there"; a git that
+        # hangs or cannot start is still a SnapshotError.
+        result = self._run(["cat-file", "blob", f"{tree}:{path}"])
+        return result.stdout if result.code == 0 else None
 
     def adopt_objects_of(self, other: Snapshots) -> None:
         """A session made before the shared store kept its objects in its own git dir: make
@@ -291,36 +354,33 @@ class Snapshots:
 
         Reads the blobs in one ``cat-file --batch`` and writes the files directly, so the
         cost follows the number of files, not the size of the worktree's index (the next
-        ``track`` picks the new contents up)."""
+        ``track`` picks the new contents up). Every blob is read before the first file is
+        touched, so a git that fails (a missing or corrupt object) leaves the worktree as it
+        was."""
         if not files:
             return
         entries = self._entries(tree, files)
+        names = sorted(entries)
+        bodies: dict[str, bytes] = {}
+        if names:
+            shas = "\n".join(entries[n][1] for n in names) + "\n"
+            data, offset = self._check(["cat-file", "--batch"], input=shas.encode()), 0
+            for name in names:
+                header_end = data.index(b"\n", offset)
+                header = data[offset:header_end].split()
+                if len(header) != 3:  # "<sha> missing": the store lost an object
+                    raise SnapshotError(f"git cat-file: {name} ({entries[name][1]}) is missing")
+                size = int(header[2])
+                bodies[name] = data[header_end + 1 : header_end + 1 + size]
+                offset = header_end + 1 + size + 1
         for name in files:
             if name not in entries:
                 path = self.worktree / name
                 if path.is_symlink() or path.is_file():
                     path.unlink()
                     self._prune_empty_dirs(path.parent)
-        if not entries:
-            return
-        names = sorted(entries)
-        shas = "\n".join(entries[n][1] for n in names) + "\n"
-        proc = subprocess.run(
-            ["git", "cat-file", "--batch"],
-            cwd=self.worktree,
-            env=self._env(),
-            input=shas.encode(),
-            capture_output=True,
-            check=True,
-        )
-        data, offset = proc.stdout, 0
         for name in names:
-            mode = entries[name][0]
-            header_end = data.index(b"\n", offset)
-            size = int(data[offset:header_end].split()[2])
-            body = data[header_end + 1 : header_end + 1 + size]
-            offset = header_end + 1 + size + 1
-            self._write(name, mode, body)
+            self._write(name, entries[name][0], bodies[name])
 
     def _entries(self, tree: str, files: list[str]) -> dict[str, tuple[str, str]]:
         out = self._git("ls-tree", "-r", "-z", tree, "--", *files)
@@ -397,15 +457,8 @@ class Snapshots:
 
     def _read_trees(self, base: str, dirs: list[str]) -> dict[str, dict[bytes, tuple]]:
         specs = "".join(f"{base}:{d}\n" if d else f"{base}\n" for d in dirs)
-        proc = subprocess.run(
-            ["git", "cat-file", "--batch"],
-            cwd=self.worktree,
-            env=self._env(),
-            input=specs.encode("utf-8", "surrogateescape"),
-            capture_output=True,
-            check=True,
-        )
-        data, offset, result = proc.stdout, 0, {}
+        data = self._check(["cat-file", "--batch"], input=specs.encode("utf-8", "surrogateescape"))
+        offset, result = 0, {}
         for directory in dirs:
             header_end = data.index(b"\n", offset)
             header = data[offset:header_end].split()
@@ -432,11 +485,17 @@ class Snapshots:
         sha = hashlib.sha1(raw).digest()
         hexsha = sha.hex()
         target = self.git_dir / "objects" / hexsha[:2] / hexsha[2:]
-        if not target.exists():
+        try:
+            # Already there: freshen it, as git does for the objects it would write, so that
+            # ``prune_store`` sees a tree a revert is about to name as new, not as old garbage.
+            os.utime(target)
+        except FileNotFoundError:
             target.parent.mkdir(parents=True, exist_ok=True)
-            scratch = target.with_name(f".tmp-{os.getpid()}-{hexsha[2:]}")
+            scratch = target.with_name(f"{TMP_PREFIX}{os.getpid()}-{hexsha[2:]}")
             scratch.write_bytes(zlib.compress(raw))
             os.replace(scratch, target)
+        except OSError:
+            pass  # another user's file: freshening is a courtesy to the prune, not a need
         return sha
 
     # -- diffs ----------------------------------------------------------------------------------
@@ -503,9 +562,158 @@ def summary_of(diff: list[dict]) -> dict[str, int]:
     }
 
 
+def store_path() -> Path:
+    """The object store every session's git dir links its ``objects`` to."""
+    return Path(settings.WORKSPACE_ROOT) / ".snapshots" / "objects"
+
+
 def for_session(session) -> Snapshots:  # noqa: ANN001 - a sessions_app.models.Session
-    return Snapshots(
-        git_dir=session.snapshot_dir,
-        worktree=session.worktree,
-        objects=Path(settings.WORKSPACE_ROOT) / ".snapshots" / "objects",
+    return Snapshots(git_dir=session.snapshot_dir, worktree=session.worktree, objects=store_path())
+
+
+# -- pruning the shared store ---------------------------------------------------------------------
+# One walk over the whole store: far longer than any step's git call may take.
+PRUNE_GIT_TIMEOUT_SECONDS = 3600.0
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    named: int  # distinct object ids that rows and git dirs name
+    missing: int  # of those, not in the store (a gitlink's commit, a lost object): nothing to keep
+    reachable: int  # objects those reach: kept
+    young: int  # unreachable loose objects newer than the cutoff: kept
+    pruned: int  # unreachable loose objects older than the cutoff: deleted (dry run: would be)
+    pruned_bytes: int
+    temp_files: int  # stale half-written object files, deleted alike
+    dry_run: bool
+
+
+def prune_store(
+    store: Path,
+    named: Iterable[str],
+    *,
+    git_dirs: Iterable[Path],
+    cutoff: float,
+    dry_run: bool = False,
+) -> PruneResult:
+    """Delete the loose objects of ``store`` that nothing needs: not reachable from ``named``
+    (the trees the database names) nor from any of ``git_dirs`` (its ``last-tree`` and the
+    blobs its index names, which the next ``git add`` reuses without writing them again), and
+    last written before ``cutoff`` (a Unix time).
+
+    Why a walk of our own rather than ``git prune``: prune only keeps what one repository's
+    refs and index reach, so every named tree would first have to become a ref and every
+    session's index would be ignored; here the kept set is computed by git (``cat-file
+    --batch-check`` then ``rev-list --objects``, in a scratch git dir on the same store) and
+    the deletion is a plain walk of the fan-out directories, which also counts what it frees.
+
+    The cutoff is what makes running beside live sessions safe, as it does for ``git prune``:
+    an object a step, a revert or a fork is writing right now is newer than the cutoff, and
+    git (and ``_write_tree_object``) freshen the mtime of an object they would write again.
+    The caller takes ``cutoff`` before it reads the database, so every object written after
+    that read is young. Packs are never touched (nothing here writes one)."""
+    if not store.is_dir():
+        return PruneResult(0, 0, 0, 0, 0, 0, 0, dry_run)
+    with tempfile.TemporaryDirectory(prefix="prune-snapshots-") as scratch:
+        reader = Snapshots(
+            git_dir=Path(scratch) / "reader.git", worktree=Path(scratch) / "wt", objects=store
+        )
+        reader.ensure()
+        roots = {name for name in named if OBJECT_ID.fullmatch(name)}
+        for git_dir in git_dirs:
+            roots |= _named_by_git_dir(reader, git_dir)
+        present = _present(reader, roots)
+        reachable = _reachable(reader, present)
+    young = pruned = pruned_bytes = temp_files = 0
+    for fan in sorted(os.scandir(store), key=lambda e: e.name):
+        if len(fan.name) != 2 or not _is_hex(fan.name) or not fan.is_dir(follow_symlinks=False):
+            continue  # info/, pack/
+        # The fan-out directories stay, even empty: a writer may be about to put a file in one.
+        for entry in os.scandir(fan.path):
+            is_object = len(entry.name) == 38 and _is_hex(entry.name)
+            if is_object and fan.name + entry.name in reachable:
+                continue
+            if not is_object and not entry.name.startswith((TMP_PREFIX, "tmp_obj_")):
+                continue  # not ours to judge
+            try:
+                stat = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.st_mtime >= cutoff:
+                young += 1 if is_object else 0
+                continue
+            if is_object:
+                pruned += 1
+                pruned_bytes += stat.st_size
+            else:
+                temp_files += 1
+            if not dry_run:
+                Path(entry.path).unlink(missing_ok=True)
+    return PruneResult(
+        named=len(roots),
+        missing=len(roots) - len(present),
+        reachable=len(reachable),
+        young=young,
+        pruned=pruned,
+        pruned_bytes=pruned_bytes,
+        temp_files=temp_files,
+        dry_run=dry_run,
     )
+
+
+def _is_hex(name: str) -> bool:
+    return all(c in "0123456789abcdef" for c in name)
+
+
+def _named_by_git_dir(reader: Snapshots, git_dir: Path) -> set[str]:
+    """What one session's git dir still needs: its last tree (written before any row names
+    it) and every blob its index names (the next ``git add`` reuses those without writing
+    them again, so a pruned one would make a tree that names a missing blob)."""
+    named: set[str] = set()
+    try:
+        last = (git_dir / "last-tree").read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        last = ""
+    if OBJECT_ID.fullmatch(last):
+        named.add(last)
+    index = git_dir / "index"
+    if index.is_file():
+        out = reader._check(
+            ["ls-files", "--stage", "-z"], index=str(index), timeout=PRUNE_GIT_TIMEOUT_SECONDS
+        )
+        for entry in out.split(b"\0"):
+            fields = entry.split(b" ", 2)  # "<mode> <sha> <stage>\t<path>"
+            sha = fields[1].decode("ascii", "replace") if len(fields) == 3 else ""
+            if OBJECT_ID.fullmatch(sha):
+                named.add(sha)
+    return named
+
+
+def _present(reader: Snapshots, ids: set[str]) -> list[str]:
+    """The ids of ``ids`` that the store (or an alternate it lists) holds."""
+    if not ids:
+        return []
+    out = reader._check(
+        ["cat-file", "--batch-check"],
+        input="".join(f"{sha}\n" for sha in sorted(ids)).encode(),
+        timeout=PRUNE_GIT_TIMEOUT_SECONDS,
+    )
+    return [line.split()[0].decode() for line in out.splitlines() if not line.endswith(b"missing")]
+
+
+def _reachable(reader: Snapshots, roots: list[str]) -> set[str]:
+    """Every object reachable from ``roots`` (trees and blobs), the roots included. An object
+    a tree names but the store lost is listed by ``--missing=print`` with a ``?``: left out,
+    so one lost blob does not stop the prune (it deletes nothing that is there and needed)."""
+    if not roots:
+        return set()
+    out = reader._check(
+        ["rev-list", "--objects", "--missing=print", "--stdin"],
+        input="".join(f"{sha}\n" for sha in roots).encode(),
+        timeout=PRUNE_GIT_TIMEOUT_SECONDS,
+    )
+    return {
+        line[:40].decode()
+        for line in out.splitlines()
+        if len(line) >= 40 and not line.startswith(b"?")
+    }

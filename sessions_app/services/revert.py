@@ -4,13 +4,21 @@ pre-revert tree back exactly; ``cleanup`` confirms, deleting what lies after the
 
 Each move holds the session row (``select_for_update``) while it works on the files, so no run
 can start in between; a run that holds the busy lock makes them answer 409.
+
+The files are written inside the move's transaction, so they follow it (``FilesFollow``): when
+it does not commit, the worktree goes back to the tree it had before the writes, and the
+database and the files never disagree about whether the session is reverted.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from types import TracebackType
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from .. import events, snapshots
 from ..errors import InvalidInput, NotFoundError, SessionBusyError
@@ -20,6 +28,85 @@ from ..tools_paths import plain_relative
 from . import lock
 
 EMPTY_SUMMARY = {"additions": 0, "deletions": 0, "files": 0}
+
+log = logging.getLogger(__name__)
+
+
+class FilesFollow:
+    """The worktree follows the move's transaction: if it does not commit, the files go back
+    to ``before`` (Django has no on_rollback hook, so this watches both ways out).
+
+    * An exception inside the atomic block (a statement fails, the connection drops): the
+      files are put back right there, while the session row is still held, so no run can
+      start on half-moved files (``writing``).
+    * The commit itself fails (the exception comes out of ``atomic``): the row lock is gone
+      with the transaction, so it is taken again before the files are put back; if a run
+      took the session meanwhile, its files are its own and are left alone (logged).
+
+    A hook registered with ``on_commit`` before any other of the move marks the commit, so
+    an exception from a later hook (an event publish) does not undo a committed move.
+
+        with FilesFollow(session_id) as follow, transaction.atomic():
+            locked = lock.lock_idle_session(...)
+            with follow.writing(snap, before):
+                ...file writes, then the statements...
+    """
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.snap: snapshots.Snapshots | None = None
+        self.before: str | None = None  # set while the files differ from the database's view
+        self.committed = False
+
+    def __enter__(self) -> FilesFollow:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None or self.before is None or self.committed:
+            return
+        try:
+            with transaction.atomic():
+                lock.lock_idle_session(self.session_id)
+                self._put_back()
+        except SessionBusyError:
+            log.error(
+                "session %s: the move's commit failed and a run took the session before its "
+                "files could be put back to %s; they are left as the run found them",
+                self.session_id,
+                self.before,
+            )
+        except DatabaseError:
+            # The database is gone, so no run can take the session either: put them back.
+            self._put_back()
+
+    @contextmanager
+    def writing(self, snap: snapshots.Snapshots, before: str) -> Iterator[None]:
+        """Around the file writes and every statement after them, inside the atomic block
+        and after the session row is locked. ``before``: the worktree's tree now."""
+        self.snap, self.before = snap, before
+        transaction.on_commit(self._mark_committed)
+        try:
+            yield
+        except BaseException:
+            self._put_back()
+            raise
+
+    def _mark_committed(self) -> None:
+        self.committed = True
+
+    def _put_back(self) -> None:
+        snap, before, self.before = self.snap, self.before, None
+        if snap is None or before is None:
+            return
+        try:
+            snap.restore(before)
+        except Exception:  # the original error is the one to report; this one is logged
+            log.exception("session %s: could not put the files back to %s", self.session_id, before)
 
 
 @dataclass(frozen=True)
@@ -78,13 +165,6 @@ def _sources(parts: list[Part]) -> dict[str, str]:
     return sources
 
 
-def _locked(session: Session, *, holder_run_id: str | None = None) -> Session:
-    locked = Session.objects.select_for_update().get(id=session.id)
-    if lock.is_busy(locked) and locked.busy_run_id != holder_run_id:
-        raise SessionBusyError()
-    return locked
-
-
 @dataclass(frozen=True)
 class RevertPlan:
     boundary: Boundary
@@ -132,60 +212,68 @@ def revert_session(
     part_id: str | None = None,
     user=None,  # noqa: ANN001
 ) -> Session:
-    with transaction.atomic():
-        locked = _locked(session)
+    with FilesFollow(session.id) as follow, transaction.atomic():
+        locked = lock.lock_idle_session(session.id)
         plan = _plan(locked, message_id, part_id)
         boundary, pre, target = plan.boundary, plan.pre, plan.target
         snap = snapshots.for_session(locked)
-        snap.checkout(target, snap.patch(plan.current, target))
-        diff = snap.diff_stat(pre, target)
-        locked.revert = {
-            "message_id": boundary.message.id,
-            "part_id": boundary.part.id if boundary.part else None,
-            "snapshot": pre,
-            "diff": snap.diff_text(pre, target),
-            "files": plan.files,
-            "changes": diff,
-        }
-        locked.summary = snapshots.summary_of(diff)
-        locked.save(update_fields=["revert", "summary", "updated_at"])
-        HistoryEvent.objects.create(
-            session=locked,
-            kind="revert",
-            created_by=user,
-            data={
+        with follow.writing(snap, plan.current):
+            snap.checkout(target, snap.patch(plan.current, target))
+            diff = snap.diff_stat(pre, target)
+            locked.revert = {
                 "message_id": boundary.message.id,
-                "part_id": locked.revert["part_id"],
+                "part_id": boundary.part.id if boundary.part else None,
                 "snapshot": pre,
+                "diff": snap.diff_text(pre, target),
                 "files": plan.files,
-            },
-        )
-        events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
-        events.publish_on_commit(locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary)
+                "changes": diff,
+            }
+            locked.summary = snapshots.summary_of(diff)
+            locked.save(update_fields=["revert", "summary", "updated_at"])
+            HistoryEvent.objects.create(
+                session=locked,
+                kind="revert",
+                created_by=user,
+                data={
+                    "message_id": boundary.message.id,
+                    "part_id": locked.revert["part_id"],
+                    "snapshot": pre,
+                    "files": plan.files,
+                },
+            )
+            events.publish_on_commit(
+                locked.id, events.SESSION_UPDATED, session=session_data(locked)
+            )
+            events.publish_on_commit(
+                locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary
+            )
     return locked
 
 
 def unrevert_session(*, session: Session, user=None) -> Session:  # noqa: ANN001
-    with transaction.atomic():
-        locked = _locked(session)
+    with FilesFollow(session.id) as follow, transaction.atomic():
+        locked = lock.lock_idle_session(session.id)
         if not locked.revert:
             return locked
         snap = snapshots.for_session(locked)
         current = snap.track()
         pre = locked.revert["snapshot"]
         diff = snap.diff_stat(current, pre)
-        snap.restore(pre)
-        locked.revert = None
-        locked.summary = dict(EMPTY_SUMMARY)
-        locked.save(update_fields=["revert", "summary", "updated_at"])
-        HistoryEvent.objects.create(
-            session=locked, kind="unrevert", created_by=user, data={"snapshot": pre}
-        )
-        events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
-        if diff:
-            events.publish_on_commit(
-                locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary
+        with follow.writing(snap, current):
+            snap.restore(pre)
+            locked.revert = None
+            locked.summary = dict(EMPTY_SUMMARY)
+            locked.save(update_fields=["revert", "summary", "updated_at"])
+            HistoryEvent.objects.create(
+                session=locked, kind="unrevert", created_by=user, data={"snapshot": pre}
             )
+            events.publish_on_commit(
+                locked.id, events.SESSION_UPDATED, session=session_data(locked)
+            )
+            if diff:
+                events.publish_on_commit(
+                    locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary
+                )
     return locked
 
 
@@ -197,7 +285,7 @@ def cleanup_session(
 ) -> Session:
     """Rule 3.6. ``holder_run_id``: a prompt run that holds the lock cleans up first (1.3)."""
     with transaction.atomic():
-        locked = _locked(session, holder_run_id=holder_run_id)
+        locked = lock.lock_idle_session(session.id, holder_run_id=holder_run_id)
         revert = locked.revert
         if not revert:
             return locked

@@ -1,0 +1,176 @@
+"""Issue 13.5: every git call of the snapshots goes through one runner, with a timeout, and
+nothing but SnapshotError comes out of it."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import shutil
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from sessions_app import snapshots
+from sessions_app.snapshots import SnapshotError, Snapshots
+
+REAL_GIT = shutil.which("git")
+
+
+@pytest.fixture
+def snap(tmp_path: Path) -> Snapshots:
+    worktree = tmp_path / "wt"
+    worktree.mkdir()
+    return Snapshots(git_dir=tmp_path / "snap.git", worktree=worktree)
+
+
+def fake_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, script: str) -> Path:
+    """A ``git`` first on PATH: ``script`` (sh) runs first, then the real git."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    git = bin_dir / "git"
+    git.write_text(f'#!/bin/sh\n{script}\nexec "{REAL_GIT}" "$@"\n')
+    git.chmod(git.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return bin_dir
+
+
+def gone(pid: int) -> bool:
+    """The process has ended (a zombie waiting for init to reap it counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def test_no_subprocess_call_is_left_outside_the_runner():
+    tree = ast.parse(inspect.getsource(snapshots))
+    runner = next(
+        node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "_run"
+    )
+    inside = {id(node) for node in ast.walk(runner)}
+    outside = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Name) and node.id == "subprocess" and id(node) not in inside
+    ]
+    # The module imports it once; "from subprocess import run" would hide a call from this.
+    imports = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import) and any(a.name == "subprocess" for a in node.names)
+    ]
+    assert len(imports) == 1 and outside == [], f"subprocess used outside _run, lines {outside}"
+    assert not [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in ("subprocess", "os")
+    ]
+    spawners = ("system", "popen", "spawnl", "spawnv", "spawnlp", "spawnvp", "execv", "fork")
+    assert not [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "os"
+        and node.attr in spawners
+    ]
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        lambda s, tree: s.track(),
+        lambda s, tree: s.read_blob(tree, "a.txt"),
+        lambda s, tree: s.checkout(tree, ["a.txt"]),
+        lambda s, tree: s.diff_stat(tree, snapshots.EMPTY_TREE),
+        lambda s, tree: s.compose(tree, {"a.txt": snapshots.EMPTY_TREE}),
+    ],
+    ids=["track", "read_blob", "checkout", "diff_stat", "compose"],
+)
+def test_a_hanging_git_is_killed_and_raises_snapshot_error(
+    snap, tmp_path, monkeypatch, settings, operation
+):
+    (snap.worktree / "a.txt").write_text("a")
+    tree = snap.track()
+    pids = tmp_path / "pids"
+    # It and a child of its own hang; both must be gone when the call returns.
+    fake_git(tmp_path, monkeypatch, f"echo $$ >> {pids}\nsleep 20 &\necho $! >> {pids}\nwait")
+    settings.SNAPSHOT_GIT_TIMEOUT_SECONDS = 0.5
+    started = time.monotonic()
+    with pytest.raises(SnapshotError, match="no answer after 0.5s"):
+        operation(snap, tree)
+    assert time.monotonic() - started < 5
+    deadline = time.monotonic() + 5
+    hung = [int(pid) for pid in pids.read_text().split()]
+    while not all(gone(pid) for pid in hung) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(gone(pid) for pid in hung), "the git and its child are killed"
+
+
+def test_a_failing_cat_file_batch_raises_snapshot_error(snap, tmp_path, monkeypatch):
+    (snap.worktree / "a.txt").write_text("one")
+    tree = snap.track()
+    (snap.worktree / "a.txt").write_text("two")
+    fake_git(
+        tmp_path,
+        monkeypatch,
+        'if [ "$1" = cat-file ] && [ "$2" = --batch ]; then echo "fatal: broken" >&2; exit 128; fi',
+    )
+    with pytest.raises(SnapshotError, match="git cat-file: fatal: broken"):
+        snap.checkout(tree, ["a.txt"])
+    assert (snap.worktree / "a.txt").read_text() == "two"
+    with pytest.raises(SnapshotError, match="git cat-file: fatal: broken"):
+        snap.compose(tree, {"a.txt": snapshots.EMPTY_TREE})
+
+
+def blob_file(snap: Snapshots, tree: str, name: str) -> Path:
+    sha = snap._git("rev-parse", f"{tree}:{name}").strip()
+    return snap.git_dir / "objects" / sha[:2] / sha[2:]
+
+
+def test_a_corrupt_or_lost_object_fails_checkout_before_any_file_changes(snap):
+    wt = snap.worktree
+    (wt / "a.txt").write_text("a1")
+    (wt / "b.txt").write_text("b1")
+    tree = snap.track()
+    (wt / "a.txt").write_text("a2")
+    (wt / "c.txt").write_text("c2")  # not in the tree: checkout would delete it
+    snap.track()
+    path = blob_file(snap, tree, "a.txt")
+    path.chmod(0o644)
+    path.write_bytes(b"not zlib at all")
+    with pytest.raises(SnapshotError, match="git cat-file"):
+        snap.checkout(tree, ["a.txt", "c.txt"])
+    assert (wt / "a.txt").read_text() == "a2" and (wt / "c.txt").read_text() == "c2"
+    path.unlink()
+    with pytest.raises(SnapshotError, match="a.txt .* is missing"):
+        snap.checkout(tree, ["a.txt", "c.txt"])
+    assert (wt / "a.txt").read_text() == "a2" and (wt / "c.txt").read_text() == "c2"
+
+
+def test_no_git_at_all_is_a_snapshot_error(snap, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(SnapshotError, match="git add"):
+        snap.track()
+
+
+def test_the_runner_returns_a_failure_for_the_caller_to_judge(snap):
+    snap.ensure()
+    result = snap._run(["cat-file", "-t", "0" * 40])
+    assert result.code == 128 and "fatal:" in result.stderr and result.stdout == b""
+    with pytest.raises(SnapshotError, match="git cat-file: "):
+        snap._git("cat-file", "-t", "0" * 40)
+    assert snap.read_blob(snapshots.EMPTY_TREE, "nothing.txt") is None
+
+
+def test_names_git_refuses_still_stay_out_through_the_runner(snap):
+    wt = snap.worktree
+    (wt / "ok.txt").write_text("ok")
+    (wt / "GIT~1").mkdir()
+    (wt / "GIT~1" / "config").write_text("refused by git")
+    tree = snap.track()
+    assert snap._git("ls-tree", "-r", "--name-only", tree).split() == ["ok.txt"]
