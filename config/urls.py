@@ -4,42 +4,52 @@ from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from runs_app import pages as run_pages
 from runs_app.api import views as run_views
 from runs_app.health import health
 from sessions_app import pages
 from sessions_app.api import views as session_views
 
+# ViewSet actions, routed by hand: every path of the contract keeps its exact shape.
+sessions = session_views.SessionViewSet.as_view
+session_runs = run_views.SessionRunViewSet.as_view
+runs = run_views.RunViewSet.as_view
+shared = session_views.SharedViewSet.as_view
+
 api = [
     path("health/", health),
     path("auth/token/", session_views.auth_token),
-    path("sessions/", session_views.sessions),
-    path("sessions/<str:session_id>/", session_views.session_detail),
-    path("sessions/<str:session_id>/messages/", session_views.session_messages),
-    path("sessions/<str:session_id>/head/", session_views.session_head),
-    path("sessions/<str:session_id>/revert/", session_views.session_revert),
-    path("sessions/<str:session_id>/unrevert/", session_views.session_unrevert),
-    path("sessions/<str:session_id>/cleanup/", session_views.session_cleanup),
-    path("sessions/<str:session_id>/diff/", session_views.session_diff),
-    path("sessions/<str:session_id>/rollback/", session_views.session_rollback),
-    path("sessions/<str:session_id>/fork/", session_views.session_fork),
-    path("sessions/<str:session_id>/share/", session_views.session_share),
-    path("shared/<str:token>/", session_views.shared_detail),
-    path("shared/<str:token>/fork/", session_views.shared_fork),
-    path("shared/<str:token>/files/<path:path>", session_views.shared_files),
-    path("sessions/<str:session_id>/tree/", session_views.session_tree),
-    path("sessions/<str:session_id>/lineage/", session_views.session_lineage),
-    path("sessions/<str:session_id>/checkpoints/", run_views.session_checkpoints),
-    path("sessions/<str:session_id>/files/", session_views.session_files),
-    path("sessions/<str:session_id>/files/<path:path>", session_views.session_files),
-    path("sessions/<str:session_id>/runs/", run_views.session_runs),
-    path("sessions/<str:session_id>/runs/stream/", run_views.session_runs_stream),
-    path("sessions/<str:session_id>/abort/", run_views.session_abort),
-    path("parts/<str:part_id>/", session_views.part_detail),
-    path("runs/<str:run_id>/", run_views.run_detail),
-    path("runs/<str:run_id>/messages/", run_views.run_messages),
-    path("runs/<str:run_id>/cancel/", run_views.run_cancel),
-    path("runs/<str:run_id>/continue/", run_views.run_continue),
-    path("runs/<str:run_id>/regenerate/", run_views.run_regenerate),
+    path("sessions/", sessions({"get": "list", "post": "create"})),
+    path(
+        "sessions/<str:session_id>/",
+        sessions({"get": "retrieve", "patch": "partial_update", "delete": "destroy"}),
+    ),
+    path("sessions/<str:session_id>/messages/", sessions({"get": "messages"})),
+    path("sessions/<str:session_id>/head/", sessions({"post": "head"})),
+    path("sessions/<str:session_id>/revert/", sessions({"post": "revert"})),
+    path("sessions/<str:session_id>/unrevert/", sessions({"post": "unrevert"})),
+    path("sessions/<str:session_id>/cleanup/", sessions({"post": "cleanup"})),
+    path("sessions/<str:session_id>/diff/", sessions({"get": "diff"})),
+    path("sessions/<str:session_id>/rollback/", sessions({"post": "rollback"})),
+    path("sessions/<str:session_id>/fork/", session_runs({"post": "fork"})),
+    path("sessions/<str:session_id>/share/", sessions({"post": "share", "delete": "unshare"})),
+    path("shared/<str:token>/", shared({"get": "retrieve"})),
+    path("shared/<str:token>/fork/", run_views.SharedForkViewSet.as_view({"post": "fork"})),
+    path("shared/<str:token>/files/<path:path>", shared({"get": "files"})),
+    path("sessions/<str:session_id>/tree/", sessions({"get": "tree"})),
+    path("sessions/<str:session_id>/lineage/", sessions({"get": "lineage"})),
+    path("sessions/<str:session_id>/checkpoints/", session_runs({"get": "checkpoints"})),
+    path("sessions/<str:session_id>/files/", sessions({"get": "files"})),
+    path("sessions/<str:session_id>/files/<path:path>", sessions({"get": "file"})),
+    path("sessions/<str:session_id>/runs/", session_runs({"get": "list", "post": "create"})),
+    path("sessions/<str:session_id>/runs/stream/", session_runs({"post": "stream"})),
+    path("sessions/<str:session_id>/abort/", session_runs({"post": "abort"})),
+    path("parts/<str:part_id>/", session_views.PartViewSet.as_view({"get": "retrieve"})),
+    path("runs/<str:run_id>/", runs({"get": "retrieve"})),
+    path("runs/<str:run_id>/messages/", runs({"get": "transcript"})),
+    path("runs/<str:run_id>/cancel/", runs({"post": "cancel"})),
+    path("runs/<str:run_id>/continue/", runs({"post": "continue_run"})),
+    path("runs/<str:run_id>/regenerate/", runs({"post": "regenerate"})),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path(
         "docs/",
@@ -52,6 +62,7 @@ urlpatterns = [
     path("api/", include(api)),
     path("admin/", admin.site.urls),
     path("", include(pages.urlpatterns)),
+    path("", include(run_pages.urlpatterns)),
     re_path(
         r"^" + settings.STATIC_URL.lstrip("/") + r"(?P<path>.*)$",
         serve_static,

@@ -2,8 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.http import Http404
-
+from sessions_app.errors import NotFoundError
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import _iso, all_messages
 
@@ -12,12 +11,26 @@ from .transcript import entries
 
 
 def run_for_user(user, run_id: str) -> Run:  # noqa: ANN001
+    """The run if ``user`` owns its session; NotFoundError otherwise (no existence leak)."""
     if not getattr(user, "is_authenticated", False):
-        raise Http404("No such run.")
+        raise NotFoundError("No such run.")
     run = Run.objects.select_related("session").filter(id=run_id, session__owner_id=user.pk).first()
     if run is None:
-        raise Http404("No such run.")
+        raise NotFoundError("No such run.")
     return run
+
+
+def session_runs(session: Session, *, replaced: bool = False) -> list[Run]:
+    """The session's runs, oldest first; those a regenerate replaced only with ``replaced``."""
+    runs = Run.objects.filter(session=session).order_by("id")
+    if not replaced:
+        runs = runs.filter(replaced_by__isnull=True)
+    return list(runs)
+
+
+def stored_run(run_id: str) -> Run:
+    """The run as stored now, for a caller that already holds it (no authorization)."""
+    return Run.objects.get(id=run_id)
 
 
 def _branch_data(branch: dict | None) -> dict | None:

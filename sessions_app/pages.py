@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import wraps
+
 from django.conf import settings
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
@@ -13,12 +16,28 @@ from django.shortcuts import redirect, render
 from django.urls import path
 from django.views.decorators.http import require_POST
 
-from .errors import AppError, NotAuthenticated
+from .errors import AppError, NotAuthenticated, NotFoundError
 from .selectors import session_for_user, sessions_for_user
 from .services import sharing
 from .services.sessions import create_session, delete_session, rename_session
 
 LIST_PAGE = 100
+
+Page = Callable[..., HttpResponse]
+
+
+def found_or_404(view: Page) -> Page:
+    """Selectors and services raise NotFoundError for what the user may not see or what is
+    gone (the API answers it in its JSON shape); a page answers Django's 404 page."""
+
+    @wraps(view)
+    def page(request: HttpRequest, *args: object, **kwargs: object) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except NotFoundError as exc:
+            raise Http404(exc.message) from exc
+
+    return page
 
 
 def _list_context(request: HttpRequest, **extra: object) -> dict:
@@ -52,6 +71,7 @@ def session_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 @require_POST
+@found_or_404
 def session_rename(request: HttpRequest, session_id: str) -> HttpResponse:
     session = session_for_user(request.user, session_id)
     try:
@@ -63,6 +83,7 @@ def session_rename(request: HttpRequest, session_id: str) -> HttpResponse:
 
 @login_required
 @require_POST
+@found_or_404
 def session_delete(request: HttpRequest, session_id: str) -> HttpResponse:
     session = session_for_user(request.user, session_id)
     try:
@@ -85,11 +106,13 @@ def session_new(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
+@found_or_404
 def chat(request: HttpRequest, session_id: str) -> HttpResponse:
     session = session_for_user(request.user, session_id)
     return render(request, "app/chat.html", {"session": session})
 
 
+@found_or_404
 def shared(request: HttpRequest, token: str) -> HttpResponse:
     """A share link: the pinned conversation, read-only, with "fork into my account"."""
     try:
@@ -101,14 +124,6 @@ def shared(request: HttpRequest, token: str) -> HttpResponse:
     except AppError as exc:
         return HttpResponse(exc.message, status=exc.status_code, content_type="text/plain")
     return render(request, "app/shared.html", {"share": data})
-
-
-@login_required
-@require_POST
-def shared_fork(request: HttpRequest, token: str) -> HttpResponse:
-    share = sharing.share_for_token(token, request.user, for_fork=True)
-    fork = sharing.fork_shared(share=share, user=request.user)
-    return redirect("chat", session_id=fork.id)
 
 
 def signup(request: HttpRequest) -> HttpResponse:
@@ -131,7 +146,6 @@ urlpatterns = [
     path("sessions/<str:session_id>/rename/", session_rename, name="session-rename"),
     path("sessions/<str:session_id>/delete/", session_delete, name="session-delete"),
     path("s/<str:token>/", shared, name="shared"),
-    path("s/<str:token>/fork/", shared_fork, name="shared-fork"),
     path(
         "login/",
         auth_views.LoginView.as_view(

@@ -5,38 +5,34 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from django.conf import settings
-from django.http import Http404
 
-from .errors import InvalidInput
+from .errors import InvalidInput, NotFoundError
 from .models import Message, Part, Session
 from .tools_paths import resolve_inside
 
 
-def session_for_user(user, session_id: str, *, for_update: bool = False) -> Session:  # noqa: ANN001
-    """The session if ``user`` may see it; 404 otherwise (no existence leak)."""
+def session_for_user(user, session_id: str) -> Session:  # noqa: ANN001
+    """The session if ``user`` may see it; NotFoundError otherwise (no existence leak)."""
     if not getattr(user, "is_authenticated", False):
-        raise Http404("No such session.")
-    qs = Session.objects.filter(id=session_id, owner_id=user.pk)
-    if for_update:
-        qs = qs.select_for_update()
-    session = qs.first()
+        raise NotFoundError("No such session.")
+    session = Session.objects.filter(id=session_id, owner_id=user.pk).first()
     if session is None:
-        raise Http404("No such session.")
+        raise NotFoundError("No such session.")
     return session
 
 
 def part_for_user(user, part_id: str) -> Part:  # noqa: ANN001
-    """The part if ``user`` owns its session; 404 otherwise."""
+    """The part if ``user`` owns its session; NotFoundError otherwise."""
     part = (
         Part.objects.filter(id=part_id, session__owner_id=user.pk).first()
         if getattr(user, "is_authenticated", False) and len(part_id) <= 40
         else None
     )
     if part is None:
-        raise Http404("No such part.")
+        raise NotFoundError("No such part.")
     return part
 
 
@@ -106,31 +102,53 @@ def all_messages(session: Session) -> list[Message]:
     return messages_with_parts(ids)
 
 
-def worktree_entry(session: Session, path: str) -> list[dict[str, Any]] | Path:
+def worktree_entry(session: Session, path: str) -> list[dict[str, Any]] | BinaryIO:
     """``path`` in the session's worktree: a directory as the list of the files under it
-    (``.git`` aside; at most ``API_FILES_MAX`` entries), a file as its path. ValueError for a
-    path that leaves the worktree or is too long; 404 when there is nothing there."""
+    (``.git`` aside; at most ``API_FILES_MAX`` entries), a file opened for reading (the
+    caller streams and closes it). InvalidInput for a path that leaves the worktree or is too
+    long; NotFoundError when there is nothing there."""
     root = session.worktree
-    target = resolve_inside(root, path)
+    try:
+        target = resolve_inside(root, path)
+    except ValueError as exc:
+        raise InvalidInput(str(exc)) from exc
     if target.is_dir():
-        entries: list[dict[str, Any]] = []
-        stack = [target]
-        while stack and len(entries) < settings.API_FILES_MAX:
-            with os.scandir(stack.pop()) as found:
-                for entry in sorted(found, key=lambda e: e.name, reverse=True):
-                    if entry.name == ".git":
-                        continue
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(Path(entry.path))
-                        continue
-                    # lstat: a dangling or outward link is listed as the link it is.
-                    size = entry.stat(follow_symlinks=False).st_size
-                    rel = Path(entry.path).relative_to(root).as_posix()
-                    entries.append({"path": rel, "size": size})
-        return sorted(entries, key=lambda e: e["path"])[: settings.API_FILES_MAX]
+        return _listing(root, target)
     if not target.is_file():
-        raise Http404("No such file.")
-    return target
+        raise NotFoundError("No such file.")
+    return open(target, "rb")  # noqa: SIM115 - a FileResponse streams and closes it
+
+
+def _listing(root: Path, target: Path) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    stack = [target]
+    while stack and len(entries) < settings.API_FILES_MAX:
+        with os.scandir(stack.pop()) as found:
+            for entry in sorted(found, key=lambda e: e.name, reverse=True):
+                if entry.name == ".git":
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                    continue
+                # lstat: a dangling or outward link is listed as the link it is.
+                size = entry.stat(follow_symlinks=False).st_size
+                rel = Path(entry.path).relative_to(root).as_posix()
+                entries.append({"path": rel, "size": size})
+    return sorted(entries, key=lambda e: e["path"])[: settings.API_FILES_MAX]
+
+
+def fork_point(source: Session, message_id: str | None) -> str | None:
+    if message_id:
+        if not Message.objects.filter(id=message_id, session=source).exists():
+            raise NotFoundError("No such message in this session.")
+        return message_id
+    revert = source.revert or {}
+    if revert.get("message_id"):
+        # A pending revert hides what follows its boundary: the fork stops before it.
+        boundary = Message.objects.filter(id=revert["message_id"]).first()
+        if boundary is not None:
+            return boundary.id if revert.get("part_id") else boundary.parent_id
+    return source.head_id
 
 
 def files_at(path: list[Message], keep: int) -> str | None:

@@ -71,8 +71,11 @@ def kind(route: str) -> str | None:
 
 
 def methods(callback) -> list[str]:  # noqa: ANN001
-    names = getattr(getattr(callback, "cls", None), "http_method_names", None) or ["get", "post"]
-    return [m for m in names if m in ("get", "post", "patch", "delete")]
+    # A ViewSet route answers the methods it maps (``actions``); a function view its own.
+    names = getattr(callback, "actions", None) or getattr(
+        getattr(callback, "cls", None), "http_method_names", None
+    )
+    return [m for m in names or ["get", "post"] if m in ("get", "post", "patch", "delete")]
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""Run endpoints: thin views (validate → one service → serialize)."""
+"""Run endpoints: thin views (validate → one service → serialize). Each ViewSet fetches and
+authorizes its object once, in ``get_object()``; the routes are in ``config/urls.py``."""
 
 from __future__ import annotations
 
@@ -7,58 +8,43 @@ import json
 from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
 from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, status
-from rest_framework.decorators import api_view
+from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from sessions_app import events
+from sessions_app.api.base import ApiViewSet, SessionScopedViewSet
+from sessions_app.api.serializers import ForkIn, SessionOut, SharedForkIn
 from sessions_app.errors import InvalidInput
-from sessions_app.selectors import session_data, session_for_user
+from sessions_app.models import Share
+from sessions_app.selectors import session_data
+from sessions_app.services import sharing
 
-from ..executor import enqueue
 from ..models import Run
-from ..selectors import checkpoint_timeline, run_data, run_for_user
+from ..runtime import enqueue
+from ..selectors import checkpoint_timeline, run_data, run_for_user, session_runs, stored_run
 from ..services import branching
+from ..services import fork as fork_services
 from ..services import runs as run_services
 from ..transcript import model_messages
+from .serializers import (
+    AbortOut,
+    CheckpointOut,
+    ContinueIn,
+    RegenerateIn,
+    RunIn,
+    RunOut,
+    RunsQueryIn,
+    RunStreamIn,
+    TranscriptEntryOut,
+)
 
-
-class RunIn(serializers.Serializer):
-    mode = serializers.CharField(required=False, default="prompt")
-    messages = serializers.JSONField(required=False, default=None)
-    wait = serializers.BooleanField(required=False, default=False)
-    multitask_strategy = serializers.CharField(required=False, default="reject")
-    output_schema = serializers.JSONField(required=False, default=None)
-    checkpoint = serializers.CharField(required=False, allow_blank=True, default="")
-
-
-class ContinueIn(serializers.Serializer):
-    continue_from = serializers.JSONField(required=False, default="end")
-    input = serializers.JSONField(required=False, default=None)
-    fork = serializers.JSONField(required=False, default=False)
-    multitask_strategy = serializers.CharField(required=False, default="reject")
-    wait = serializers.BooleanField(required=False, default=False)
-
-
-class RegenerateIn(serializers.Serializer):
-    replace_original = serializers.JSONField(required=False, default=True)
-    multitask_strategy = serializers.CharField(required=False, default="reject")
-    wait = serializers.BooleanField(required=False, default=False)
-
-
-def _args(request: Request, serializer: type[serializers.Serializer] = RunIn) -> dict:
-    if not isinstance(request.data, dict):
-        raise InvalidInput("The body must be a JSON object.")
-    data = serializer(data=request.data)
-    data.is_valid(raise_exception=True)
-    return dict(data.validated_data)
-
-
-def _run_args(request: Request) -> dict:
-    return _args(request, RunIn)
+# ``wait``: 200 with the finished run; otherwise 202 with the run just admitted.
+RUN_ANSWERS = {200: RunOut, 202: RunOut}
 
 
 def _answer(run: Run, wait: bool) -> Response:
@@ -67,29 +53,12 @@ def _answer(run: Run, wait: bool) -> Response:
     return Response(run_data(run), status=status.HTTP_202_ACCEPTED)
 
 
-@extend_schema(request=RunIn, responses={200: dict, 202: dict})
-@api_view(["GET", "POST"])
-def session_runs(request: Request, session_id: str) -> Response:
-    session = session_for_user(request.user, session_id)
-    if request.method == "GET":
-        runs = Run.objects.filter(session=session).order_by("id")
-        if request.query_params.get("all") not in ("1", "true"):
-            runs = runs.filter(replaced_by__isnull=True)  # regenerate replace_original
-        return Response([run_data(r) for r in runs])
-    args = _run_args(request)
-    wait = args.pop("wait")
-    run = run_services.start_run(session=session, user=request.user, **args)
-    return _answer(run, wait)
-
-
 def _sse(event: str, data: str) -> bytes:
     return f"event: {event}\ndata: {data}\n\n".encode()
 
 
 async def _stream_run(session_id: str, run_id: str) -> AsyncIterator[bytes]:
     """Subscribe first, then start the run, so no event of it is missed."""
-    from channels.layers import get_channel_layer
-
     layer = get_channel_layer()
     channel = await layer.new_channel()
     group = events.group_name(session_id)
@@ -100,7 +69,7 @@ async def _stream_run(session_id: str, run_id: str) -> AsyncIterator[bytes]:
             try:
                 message = await asyncio.wait_for(layer.receive(channel), timeout=15)
             except TimeoutError:
-                run = await sync_to_async(Run.objects.get)(id=run_id)
+                run = await sync_to_async(stored_run)(run_id)
                 if run.is_terminal:
                     break
                 yield b": keep-alive\n\n"
@@ -114,84 +83,110 @@ async def _stream_run(session_id: str, run_id: str) -> AsyncIterator[bytes]:
                 and event["run"].get("status") in Run.TERMINAL
             ):
                 break
-        run = await sync_to_async(Run.objects.get)(id=run_id)
+        run = await sync_to_async(stored_run)(run_id)
         yield _sse("run", json.dumps(run_data(run)))
     finally:
         await layer.group_discard(group, channel)
 
 
-@extend_schema(request=RunIn, responses={200: str})
-@api_view(["POST"])
-def session_runs_stream(request: Request, session_id: str) -> StreamingHttpResponse:
-    session = session_for_user(request.user, session_id)
-    args = _run_args(request)
-    args.pop("wait")
-    if args.get("output_schema") is not None:
-        raise InvalidInput("output_schema is not supported on the streaming endpoint.")
-    run = run_services.start_run(session=session, user=request.user, defer_enqueue=True, **args)
-    if run.status != Run.Status.PENDING or run.session_id != session.id:
-        raise InvalidInput("The run could not be started.")
-    response = StreamingHttpResponse(
-        _stream_run(session.id, run.id), content_type="text/event-stream"
-    )
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
+class SessionRunViewSet(SessionScopedViewSet):
+    # The run moves on one session: its runs, a streamed run, abort, checkpoints, fork.
+
+    @extend_schema(parameters=[RunsQueryIn], responses={200: RunOut(many=True)})
+    def list(self, request: Request, session_id: str) -> Response:
+        """The session's runs with lineage (``?all=1``: also those a regenerate replaced)."""
+        session = self.get_object()
+        replaced = self.query(RunsQueryIn)["all"]
+        return Response([run_data(r) for r in session_runs(session, replaced=replaced)])
+
+    @extend_schema(request=RunIn, responses=RUN_ANSWERS)
+    def create(self, request: Request, session_id: str) -> Response:
+        session = self.get_object()
+        args = self.body(RunIn)
+        wait = args.pop("wait")
+        run = run_services.start_run(session=session, user=request.user, **args)
+        return _answer(run, wait)
+
+    @extend_schema(request=RunStreamIn, responses={(200, "text/event-stream"): OpenApiTypes.STR})
+    def stream(self, request: Request, session_id: str) -> StreamingHttpResponse:
+        """The run's events as server-sent events, then the run (``event: run``)."""
+        session = self.get_object()
+        args = self.body(RunStreamIn)
+        args.pop("wait")
+        run = run_services.start_run(session=session, user=request.user, defer_enqueue=True, **args)
+        if run.status != Run.Status.PENDING or run.session_id != session.id:
+            raise InvalidInput("The run could not be started.")
+        response = StreamingHttpResponse(
+            _stream_run(session.id, run.id), content_type="text/event-stream"
+        )
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"
+        return response
+
+    @extend_schema(request=None, responses={200: AbortOut})
+    def abort(self, request: Request, session_id: str) -> Response:
+        run = run_services.abort_session(session=self.get_object())
+        session = self.get_object()  # as it is after the abort
+        return Response({"session": session_data(session), "run": run_data(run) if run else None})
+
+    @extend_schema(responses={200: CheckpointOut(many=True)})
+    def checkpoints(self, request: Request, session_id: str) -> Response:
+        return Response(checkpoint_timeline(self.get_object()))
+
+    @extend_schema(request=ForkIn, responses={201: SessionOut})
+    def fork(self, request: Request, session_id: str) -> Response:
+        """A new session of the caller: the path up to ``message_id`` and the files there."""
+        source = self.get_object()
+        args = self.body(ForkIn)
+        fork = fork_services.fork_session(source=source, user=request.user, **args)
+        return Response(session_data(fork), status=status.HTTP_201_CREATED)
 
 
-@extend_schema(responses={200: dict})
-@api_view(["GET"])
-def run_detail(request: Request, run_id: str) -> Response:
-    return Response(run_data(run_for_user(request.user, run_id)))
+class RunViewSet(ApiViewSet):
+    # ``/api/runs/{run_id}/``: one run of the caller's.
+
+    def get_object(self) -> Run:
+        return run_for_user(self.request.user, self.kwargs["run_id"])
+
+    @extend_schema(responses={200: RunOut})
+    def retrieve(self, request: Request, run_id: str) -> Response:
+        return Response(run_data(self.get_object()))
+
+    @extend_schema(responses={200: TranscriptEntryOut(many=True)})
+    def transcript(self, request: Request, run_id: str) -> Response:
+        """The run's transcript as model-API messages: what ``continue_from`` K counts."""
+        run = self.get_object()
+        return Response(model_messages(branching.run_path(run), run.session.system_prompt))
+
+    @extend_schema(request=None, responses={202: RunOut})
+    def cancel(self, request: Request, run_id: str) -> Response:
+        run = run_services.cancel_run(run=self.get_object())
+        return Response(run_data(run), status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=ContinueIn, responses=RUN_ANSWERS)
+    def continue_run(self, request: Request, run_id: str) -> Response:
+        run = self.get_object()
+        args = self.body(ContinueIn)
+        wait = args.pop("wait")
+        return _answer(branching.continue_run(run=run, user=request.user, **args), wait)
+
+    @extend_schema(request=RegenerateIn, responses=RUN_ANSWERS)
+    def regenerate(self, request: Request, run_id: str) -> Response:
+        run = self.get_object()
+        args = self.body(RegenerateIn)
+        wait = args.pop("wait")
+        return _answer(branching.regenerate_run(run=run, user=request.user, **args), wait)
 
 
-@extend_schema(responses={200: dict})
-@api_view(["GET"])
-def run_messages(request: Request, run_id: str) -> Response:
-    """The run's transcript: what ``continue_from`` K counts."""
-    run = run_for_user(request.user, run_id)
-    return Response(model_messages(branching.run_path(run), run.session.system_prompt))
+class SharedForkViewSet(ApiViewSet):
+    # ``POST /api/shared/{token}/fork/``: a copy for the caller (a login is needed).
 
+    def get_object(self) -> Share:
+        return sharing.share_for_token(self.kwargs["token"], self.request.user, for_fork=True)
 
-def _branch(request: Request, run_id: str, serializer: type, service) -> Response:  # noqa: ANN001
-    run = run_for_user(request.user, run_id)
-    args = _args(request, serializer)
-    wait = args.pop("wait")
-    return _answer(service(run=run, user=request.user, **args), wait)
-
-
-@extend_schema(request=ContinueIn, responses={200: dict, 202: dict})
-@api_view(["POST"])
-def run_continue(request: Request, run_id: str) -> Response:
-    return _branch(request, run_id, ContinueIn, branching.continue_run)
-
-
-@extend_schema(request=RegenerateIn, responses={200: dict, 202: dict})
-@api_view(["POST"])
-def run_regenerate(request: Request, run_id: str) -> Response:
-    return _branch(request, run_id, RegenerateIn, branching.regenerate_run)
-
-
-@extend_schema(request=None, responses={202: dict})
-@api_view(["POST"])
-def run_cancel(request: Request, run_id: str) -> Response:
-    run = run_services.cancel_run(run=run_for_user(request.user, run_id))
-    return Response(run_data(run), status=status.HTTP_202_ACCEPTED)
-
-
-@extend_schema(request=None, responses={200: dict})
-@api_view(["POST"])
-def session_abort(request: Request, session_id: str) -> Response:
-    session = session_for_user(request.user, session_id)
-    run = run_services.abort_session(session=session)
-    session.refresh_from_db()
-    return Response(
-        {"session": session_data(session), "run": run_data(run) if run else None},
-        status=status.HTTP_200_OK,
-    )
-
-
-@extend_schema(responses={200: dict})
-@api_view(["GET"])
-def session_checkpoints(request: Request, session_id: str) -> Response:
-    return Response(checkpoint_timeline(session_for_user(request.user, session_id)))
+    @extend_schema(request=SharedForkIn, responses={201: SessionOut})
+    def fork(self, request: Request, token: str) -> Response:
+        share = self.get_object()
+        title = self.body(SharedForkIn)["title"]
+        fork = fork_services.fork_shared(share=share, user=request.user, title=title)
+        return Response(session_data(fork), status=status.HTTP_201_CREATED)

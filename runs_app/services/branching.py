@@ -15,12 +15,13 @@ from typing import Any
 from django.db import transaction
 
 from sessions_app.errors import ConflictError, InvalidInput
-from sessions_app.models import Message, Part, Session
+from sessions_app.models import Message, Part
 from sessions_app.selectors import active_path, files_at
+from sessions_app.services import lock
 
+from ..lifecycle import admit
 from ..models import Run
 from ..transcript import entry_ends
-from .runs import STRATEGIES, admit, check_messages
 
 IN_PLACE = {Run.Status.CANCELLED, Run.Status.PAUSED, Run.Status.ERROR}
 
@@ -72,17 +73,7 @@ def resolve_cut(path: list[Message], continue_from: Any, *, system_prompt: str) 
     return snap(ends, continue_from, system=bool(system_prompt))
 
 
-def _input(value: Any) -> list[dict[str, str]]:
-    if value is None or value == "":
-        return []
-    if isinstance(value, str):
-        value = [{"role": "user", "content": value}]
-    return check_messages(value, field="input")
-
-
-def _check_common(run: Run, multitask_strategy: Any) -> None:
-    if multitask_strategy not in STRATEGIES:
-        raise InvalidInput(f"multitask_strategy must be one of {', '.join(STRATEGIES)}.")
+def _check_not_reverted(run: Run) -> None:
     if run.session.revert:
         raise ConflictError("A revert is pending: unrevert or confirm it first.")
 
@@ -91,17 +82,17 @@ def continue_run(
     *,
     run: Run,
     user,  # noqa: ANN001
-    continue_from: Any = "end",
-    input: Any = None,
-    fork: Any = False,
+    continue_from: str | int = "end",
+    input: list[dict[str, str]] | None = None,
+    fork: bool = False,
     multitask_strategy: str = "reject",
 ) -> Run:
     """Rules 5.1–5.4. A ``completed`` run (or any run with ``fork``) gets a new sibling run
-    in the same session; a ``cancelled``, ``paused`` or ``error`` run continues in place."""
-    if not isinstance(fork, bool):
-        raise InvalidInput("fork must be true or false.")
-    messages = _input(input)
-    _check_common(run, multitask_strategy)
+    in the same session; a ``cancelled``, ``paused`` or ``error`` run continues in place.
+    The arguments' shape is the API's to check (``runs_app.api.serializers.ContinueIn``):
+    ``input`` is a list of ``{role: "user", content}``."""
+    messages = list(input or [])
+    _check_not_reverted(run)
     path = run_path(run)
     if not path:
         raise ConflictError(f"Run {run.id} has no transcript to continue from.")
@@ -129,15 +120,13 @@ def regenerate_run(
     *,
     run: Run,
     user,  # noqa: ANN001
-    replace_original: Any = True,
+    replace_original: bool = True,
     multitask_strategy: str = "reject",
 ) -> Run:
     """Rule 5.6: drop the run's trailing assistant messages that called no tools and answer
     again from there, as a new sibling run. Tool results before the cut are kept, so no tool
-    runs again."""
-    if not isinstance(replace_original, bool):
-        raise InvalidInput("replace_original must be true or false.")
-    _check_common(run, multitask_strategy)
+    runs again. The arguments' shape is checked at the door (``RegenerateIn``)."""
+    _check_not_reverted(run)
     if not run.is_terminal:
         raise ConflictError(f"Run {run.id} is still {run.status}: wait for it or cancel it.")
     path = run_path(run)
@@ -170,7 +159,7 @@ def regenerate_run(
 
 def _fork(run: Run, user, branch: dict, cut: Cut, mode: str, strategy: str) -> Run:  # noqa: ANN001
     with transaction.atomic():
-        locked = Session.objects.select_for_update().get(id=run.session_id)
+        locked = lock.lock_session(run.session_id)
         new = Run(
             session=locked,
             mode=mode,
@@ -190,7 +179,7 @@ def _fork(run: Run, user, branch: dict, cut: Cut, mode: str, strategy: str) -> R
 def _restart(run: Run, user, branch: dict, strategy: str) -> Run:  # noqa: ANN001
     """In place: the same run id goes back to ``pending`` with its new branch."""
     with transaction.atomic():
-        locked = Session.objects.select_for_update().get(id=run.session_id)
+        locked = lock.lock_session(run.session_id)  # the session row before the run's
         current = Run.objects.select_for_update().get(id=run.id)
         if current.status not in IN_PLACE:
             raise ConflictError(f"Run {run.id} is {current.status} now; try again.")

@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, JsonResponse
+from django.views.defaults import bad_request, page_not_found, server_error
 from rest_framework import exceptions
 from rest_framework.response import Response
 
@@ -16,21 +17,34 @@ from ..errors import AppError
 log = logging.getLogger(__name__)
 
 
+# The code of a serializer error whose message is a whole sentence that names its field (the
+# contract's wording: "messages is required in prompt mode."): shown as it is, not prefixed
+# with the field's name as DRF's generic messages ("This field is required.") are.
+SENTENCE = "sentence"
+
+
 def error_body(type: str, message: str) -> dict[str, Any]:
     return {"error": {"type": type, "message": message}}
 
 
 def _first_message(detail: Any) -> str:
+    text, _sentence = _first(detail)
+    return text
+
+
+def _first(detail: Any) -> tuple[str, bool]:
+    """The first error of a DRF error tree, as the message, and whether it is a sentence."""
     if isinstance(detail, dict):
         for key, value in detail.items():
-            text = _first_message(value)
-            if key in ("non_field_errors", "detail"):
-                return text
-            return f"{key}: {text}"
+            text, sentence = _first(value)
+            if sentence or key in ("non_field_errors", "detail"):
+                return text, sentence
+            return f"{key}: {text}", False
     if isinstance(detail, list) and detail:
-        return _first_message(detail[0])
+        return _first(detail[0])
     text = str(detail)
-    return text if text.endswith(".") else text + "."
+    sentence = getattr(detail, "code", None) == SENTENCE
+    return (text if text.endswith(".") else text + "."), sentence
 
 
 def _bad_request_message(exc: BaseException | None) -> str:
@@ -86,22 +100,16 @@ def json_400(request, exception=None):  # noqa: ANN001, ANN201
         return JsonResponse(
             error_body("ValidationError", _bad_request_message(exception)), status=400
         )
-    from django.views.defaults import bad_request
-
     return bad_request(request, exception)
 
 
 def json_404(request, exception=None):  # noqa: ANN001, ANN201
     if request.path.startswith("/api/"):
         return JsonResponse(error_body("NotFound", "Not found."), status=404)
-    from django.views.defaults import page_not_found
-
     return page_not_found(request, exception)
 
 
 def json_500(request):  # noqa: ANN001, ANN201
     if request.path.startswith("/api/"):
         return JsonResponse(error_body("ServerError", "Internal error."), status=500)
-    from django.views.defaults import server_error
-
     return server_error(request)

@@ -1,10 +1,12 @@
-"""Session endpoints: thin views (validate → one service → serialize)."""
+"""Session endpoints: thin views (validate → one service → serialize). Each ViewSet fetches
+and authorizes its object once, in ``get_object()``; the routes are in ``config/urls.py``."""
 
 from __future__ import annotations
 
 from django.contrib.auth import authenticate
 from django.http import FileResponse, HttpResponse
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.authtoken.models import Token
 from rest_framework.decorators import api_view, authentication_classes, permission_classes
@@ -15,9 +17,8 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from .. import login_throttle
-from ..errors import InvalidInput
+from ..models import Part, Share
 from ..selectors import (
-    MessagePage,
     lineage,
     message_data,
     message_page,
@@ -26,21 +27,50 @@ from ..selectors import (
     part_data,
     part_for_user,
     session_data,
-    session_for_user,
     session_message_ids,
     sessions_for_user,
     worktree_entry,
 )
-from ..services import fork as fork_services
 from ..services import revert as revert_services
 from ..services import rollback as rollback_services
 from ..services import sessions as session_services
 from ..services import sharing
+from .base import ApiViewSet, SessionScopedViewSet
 from .errors import error_body
-from .serializers import ForkIn, HeadIn, RevertIn, RollbackIn, SessionIn, ShareIn, TokenIn
+from .serializers import (
+    DIFF_OUT,
+    DiffQueryIn,
+    HeadIn,
+    LineageOut,
+    MessagePageOut,
+    MessagesQueryIn,
+    RevertIn,
+    RollbackIn,
+    SessionIn,
+    SessionOut,
+    SessionPageOut,
+    SessionPatchIn,
+    SessionsQueryIn,
+    SharedOut,
+    SharedQueryIn,
+    ShareIn,
+    ShareLinkOut,
+    TokenIn,
+    TokenOut,
+    TreeEntryOut,
+    WorktreeEntryOut,
+    part_out,
+)
+
+TEXT = "text/plain; charset=utf-8"
+# A file's content is text/plain, a directory's listing JSON (the same route).
+FILE_OR_LISTING = {
+    (200, "application/json"): WorktreeEntryOut(many=True),
+    (200, "text/plain"): OpenApiTypes.STR,
+}
 
 
-@extend_schema(request=TokenIn, responses={200: dict})
+@extend_schema(request=TokenIn, responses={200: TokenOut})
 @api_view(["POST"])
 @authentication_classes([])
 @permission_classes([AllowAny])
@@ -69,249 +99,183 @@ class SessionPages(CursorPagination):
         return page_limit(request.query_params.get(self.page_size_query_param))
 
 
-@extend_schema(
-    request=SessionIn,
-    responses={200: dict, 201: dict},
-    parameters=[
-        OpenApiParameter("limit", int, description="Sessions a page (default 50, at most 200)."),
-        OpenApiParameter("cursor", str, description="From a page's next/previous link."),
-        OpenApiParameter("q", str, description="Only titles containing this."),
-    ],
-)
-@api_view(["GET", "POST"])
-def sessions(request: Request) -> Response:
-    if request.method == "POST":
-        data = SessionIn(data=request.data)
-        data.is_valid(raise_exception=True)
-        session = session_services.create_session(owner=request.user, **data.validated_data)
-        return Response(session_data(session), status=status.HTTP_201_CREATED)
-    pages = SessionPages()
-    query = request.query_params.get("q", "")[:200]
-    page = pages.paginate_queryset(sessions_for_user(request.user, query), request)
-    return pages.get_paginated_response([session_data(s) for s in page])
-
-
-@extend_schema(responses={200: dict, 204: None})
-@api_view(["GET", "PATCH", "DELETE"])
-def session_detail(request: Request, session_id: str) -> Response:
-    session = session_for_user(request.user, session_id)
-    if request.method == "PATCH":
-        if not isinstance(request.data, dict) or set(request.data) - {"title"}:
-            raise InvalidInput("Only the title of a session can be changed.")
-        title = request.data.get("title")
-        return Response(session_data(session_services.rename_session(session=session, title=title)))
-    if request.method == "DELETE":
-        session_services.delete_session(session=session)
-        return Response(status=status.HTTP_204_NO_CONTENT)
-    return Response(session_data(session))
-
-
-def page_response(request: Request, page: MessagePage, **extra: object) -> Response:
-    """``{results, next, previous}``: the links keep the request's other parameters."""
+def page_links(request: Request, *, before: str | None, after: str | None) -> dict[str, object]:
+    """``next``/``previous`` of a message page: the links keep the request's other
+    parameters."""
     url = request.build_absolute_uri()
     url = remove_query_param(remove_query_param(url, "before"), "after")
-    return Response(
-        {
-            **extra,
-            "results": [message_data(m) for m in page.messages],
-            "next": replace_query_param(url, "after", page.after) if page.after else None,
-            "previous": replace_query_param(url, "before", page.before) if page.before else None,
-        }
-    )
+    return {
+        "next": replace_query_param(url, "after", after) if after else None,
+        "previous": replace_query_param(url, "before", before) if before else None,
+    }
 
 
-MESSAGE_PAGE_PARAMETERS = [
-    OpenApiParameter("limit", int, description="Messages a page (default 50, at most 200)."),
-    OpenApiParameter("before", str, description="The page of older messages before this id."),
-    OpenApiParameter("after", str, description="The page of newer messages after this id."),
-]
+class SessionViewSet(SessionScopedViewSet):
+    # ``/api/sessions/`` and the moves on one session.
 
+    @extend_schema(parameters=[SessionsQueryIn], responses={200: SessionPageOut})
+    def list(self, request: Request) -> Response:
+        query = self.query(SessionsQueryIn)
+        pages = SessionPages()
+        page = pages.paginate_queryset(sessions_for_user(request.user, query["q"]), request)
+        return pages.get_paginated_response([session_data(s) for s in page])
 
-@extend_schema(
-    responses={200: dict},
-    parameters=[
-        *MESSAGE_PAGE_PARAMETERS,
-        OpenApiParameter("tree", bool, description="Every branch, in id order."),
-    ],
-)
-@api_view(["GET"])
-def session_messages(request: Request, session_id: str) -> Response:
-    """The active path (or ``?tree=1``: every message), a page at a time: the first page is
-    the one nearest the head, in root → head order; ``previous`` leads to older ones."""
-    session = session_for_user(request.user, session_id)
-    tree = request.query_params.get("tree") in ("1", "true", "yes")
-    params = request.query_params
-    page = message_page(
-        session_message_ids(session, tree=tree),
-        limit=page_limit(params.get("limit")),
-        before=params.get("before") or None,
-        after=params.get("after") or None,
-    )
-    return page_response(request, page)
+    @extend_schema(request=SessionIn, responses={201: SessionOut})
+    def create(self, request: Request) -> Response:
+        args = self.body(SessionIn)
+        session = session_services.create_session(owner=request.user, **args)
+        return Response(session_data(session), status=status.HTTP_201_CREATED)
 
+    @extend_schema(responses={200: SessionOut})
+    def retrieve(self, request: Request, session_id: str) -> Response:
+        return Response(session_data(self.get_object()))
 
-@extend_schema(responses={200: dict})
-@api_view(["GET"])
-def part_detail(request: Request, part_id: str) -> Response:
-    """One part whole: what lists and events cut at ``API_PART_FIELD_MAX``."""
-    return Response(part_data(part_for_user(request.user, part_id), whole=True))
+    @extend_schema(request=SessionPatchIn, responses={200: SessionOut})
+    def partial_update(self, request: Request, session_id: str) -> Response:
+        session = self.get_object()
+        title = self.body(SessionPatchIn)["title"]
+        return Response(session_data(session_services.rename_session(session=session, title=title)))
 
-
-@extend_schema(request=HeadIn, responses={200: dict})
-@api_view(["POST"])
-def session_head(request: Request, session_id: str) -> Response:
-    session = session_for_user(request.user, session_id)
-    data = HeadIn(data=request.data)
-    data.is_valid(raise_exception=True)
-    session = session_services.switch_head(
-        session=session, message_id=data.validated_data["message_id"]
-    )
-    return Response(session_data(session))
-
-
-@extend_schema(responses={200: dict})
-@api_view(["GET"])
-def session_files(request: Request, session_id: str, path: str = "") -> Response | FileResponse:
-    session = session_for_user(request.user, session_id)
-    try:
-        found = worktree_entry(session, path)
-    except ValueError as exc:
-        raise InvalidInput(str(exc)) from exc
-    if isinstance(found, list):
-        return Response(found)
-    return FileResponse(open(found, "rb"), content_type="text/plain; charset=utf-8")
-
-
-@extend_schema(request=RevertIn, responses={200: dict})
-@api_view(["POST"])
-def session_revert(request: Request, session_id: str) -> Response:
-    session = session_for_user(request.user, session_id)
-    data = RevertIn(data=request.data)
-    data.is_valid(raise_exception=True)
-    session = revert_services.revert_session(
-        session=session, user=request.user, **data.validated_data
-    )
-    return Response(session_data(session))
-
-
-@extend_schema(request=None, responses={200: dict})
-@api_view(["POST"])
-def session_unrevert(request: Request, session_id: str) -> Response:
-    session = session_for_user(request.user, session_id)
-    return Response(
-        session_data(revert_services.unrevert_session(session=session, user=request.user))
-    )
-
-
-@extend_schema(request=None, responses={200: dict})
-@api_view(["POST"])
-def session_cleanup(request: Request, session_id: str) -> Response:
-    session = session_for_user(request.user, session_id)
-    return Response(
-        session_data(revert_services.cleanup_session(session=session, user=request.user))
-    )
-
-
-@extend_schema(responses={200: dict})
-@api_view(["GET"])
-def session_diff(request: Request, session_id: str) -> Response:
-    session = session_for_user(request.user, session_id)
-    message_id = request.query_params.get("message_id") or None
-    file = request.query_params.get("file")
-    if file is not None:
-        if not file or len(file) > 4096 or "\0" in file:
-            raise InvalidInput("file must be a path in the worktree.")
-        return Response(
-            revert_services.session_file_diff(session=session, file=file, message_id=message_id)
-        )
-    return Response(revert_services.session_diff(session=session, message_id=message_id))
-
-
-@extend_schema(request=RollbackIn, responses={200: dict})
-@api_view(["POST"])
-def session_rollback(request: Request, session_id: str) -> Response:
-    session = session_for_user(request.user, session_id)
-    data = RollbackIn(data=request.data)
-    data.is_valid(raise_exception=True)
-    session = rollback_services.rollback_session(
-        session=session, num_turns=data.validated_data["num_turns"], user=request.user
-    )
-    return Response(session_data(session))
-
-
-@extend_schema(request=ForkIn, responses={201: dict})
-@api_view(["POST"])
-def session_fork(request: Request, session_id: str) -> Response:
-    source = session_for_user(request.user, session_id)
-    if not isinstance(request.data, dict):
-        raise InvalidInput("The body must be a JSON object.")
-    data = ForkIn(data=request.data)
-    data.is_valid(raise_exception=True)
-    fork = fork_services.fork_session(source=source, user=request.user, **data.validated_data)
-    return Response(session_data(fork), status=status.HTTP_201_CREATED)
-
-
-@extend_schema(responses={200: dict})
-@api_view(["GET"])
-def session_lineage(request: Request, session_id: str) -> Response:
-    return Response(lineage(session_for_user(request.user, session_id), request.user))
-
-
-@extend_schema(responses={200: dict})
-@api_view(["GET"])
-def session_tree(request: Request, session_id: str) -> Response:
-    """Every message's id, parent, role, run and hidden flag: the shape of the tree."""
-    return Response(message_tree(session_for_user(request.user, session_id)))
-
-
-@extend_schema(request=ShareIn, responses={201: dict, 204: None})
-@api_view(["POST", "DELETE"])
-def session_share(request: Request, session_id: str) -> Response:
-    """Pin the head and the files for a link (again: move the pin); DELETE revokes it."""
-    session = session_for_user(request.user, session_id)
-    if request.method == "DELETE":
-        sharing.revoke_share(session=session)
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, session_id: str) -> Response:
+        session_services.delete_session(session=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
-    data = ShareIn(data=request.data)
-    data.is_valid(raise_exception=True)
-    share = sharing.share_session(session=session, user=request.user, **data.validated_data)
-    return Response(sharing.share_link(share), status=status.HTTP_201_CREATED)
+
+    @extend_schema(parameters=[MessagesQueryIn], responses={200: MessagePageOut})
+    def messages(self, request: Request, session_id: str) -> Response:
+        """The active path (or ``?tree=1``: every message), a page at a time: the first page is
+        the one nearest the head, in root → head order; ``previous`` leads to older ones."""
+        session = self.get_object()
+        query = self.query(MessagesQueryIn)
+        page = message_page(
+            session_message_ids(session, tree=query["tree"]),
+            limit=query["limit"],
+            before=query["before"] or None,
+            after=query["after"] or None,
+        )
+        return Response(
+            {
+                "results": [message_data(m) for m in page.messages],
+                **page_links(request, before=page.before, after=page.after),
+            }
+        )
+
+    @extend_schema(request=HeadIn, responses={200: SessionOut})
+    def head(self, request: Request, session_id: str) -> Response:
+        session = self.get_object()
+        message_id = self.body(HeadIn)["message_id"]
+        session = session_services.switch_head(session=session, message_id=message_id)
+        return Response(session_data(session))
+
+    @extend_schema(responses={200: WorktreeEntryOut(many=True)})
+    def files(self, request: Request, session_id: str) -> Response | FileResponse:
+        """The worktree's files (``.git`` aside; at most ``API_FILES_MAX``)."""
+        return self.file(request, session_id, path="")
+
+    @extend_schema(operation_id="sessions_files_path_retrieve", responses=FILE_OR_LISTING)
+    def file(self, request: Request, session_id: str, path: str) -> Response | FileResponse:
+        """A file's content, or a directory's listing."""
+        found = worktree_entry(self.get_object(), path)
+        if isinstance(found, list):
+            return Response(found)
+        return FileResponse(found, content_type=TEXT)
+
+    @extend_schema(request=RevertIn, responses={200: SessionOut})
+    def revert(self, request: Request, session_id: str) -> Response:
+        session = self.get_object()
+        args = self.body(RevertIn)
+        session = revert_services.revert_session(session=session, user=request.user, **args)
+        return Response(session_data(session))
+
+    @extend_schema(request=None, responses={200: SessionOut})
+    def unrevert(self, request: Request, session_id: str) -> Response:
+        session = revert_services.unrevert_session(session=self.get_object(), user=request.user)
+        return Response(session_data(session))
+
+    @extend_schema(request=None, responses={200: SessionOut})
+    def cleanup(self, request: Request, session_id: str) -> Response:
+        session = revert_services.cleanup_session(session=self.get_object(), user=request.user)
+        return Response(session_data(session))
+
+    @extend_schema(parameters=[DiffQueryIn], responses={200: DIFF_OUT})
+    def diff(self, request: Request, session_id: str) -> Response:
+        """The files changed in the session (or in the turn of ``message_id``); with ``file``,
+        that file's unified diff."""
+        session = self.get_object()
+        query = self.query(DiffQueryIn)
+        message_id = query["message_id"] or None
+        if "file" in query:
+            return Response(
+                revert_services.session_file_diff(
+                    session=session, file=query["file"], message_id=message_id
+                )
+            )
+        return Response(revert_services.session_diff(session=session, message_id=message_id))
+
+    @extend_schema(request=RollbackIn, responses={200: SessionOut})
+    def rollback(self, request: Request, session_id: str) -> Response:
+        session = self.get_object()
+        num_turns = self.body(RollbackIn)["num_turns"]
+        session = rollback_services.rollback_session(
+            session=session, num_turns=num_turns, user=request.user
+        )
+        return Response(session_data(session))
+
+    @extend_schema(responses={200: LineageOut})
+    def lineage(self, request: Request, session_id: str) -> Response:
+        return Response(lineage(self.get_object(), request.user))
+
+    @extend_schema(responses={200: TreeEntryOut(many=True)})
+    def tree(self, request: Request, session_id: str) -> Response:
+        """Every message's id, parent, role, run and hidden flag: the shape of the tree."""
+        return Response(message_tree(self.get_object()))
+
+    @extend_schema(request=ShareIn, responses={201: ShareLinkOut})
+    def share(self, request: Request, session_id: str) -> Response:
+        """Pin the head and the files for a link (again: move the pin)."""
+        session = self.get_object()
+        args = self.body(ShareIn)
+        share = sharing.share_session(session=session, user=request.user, **args)
+        return Response(sharing.share_link(share), status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={204: None})
+    def unshare(self, request: Request, session_id: str) -> Response:
+        """Revoke the link: its token then answers 404."""
+        sharing.revoke_share(session=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
-@extend_schema(
-    responses={200: dict},
-    parameters=[MESSAGE_PAGE_PARAMETERS[0], MESSAGE_PAGE_PARAMETERS[1]],
-)
-@api_view(["GET"])
-@permission_classes([AllowAny])
-def shared_detail(request: Request, token: str) -> Response:
-    """The pinned conversation (a page of it, nearest the pin first) and its files."""
-    share = sharing.share_for_token(token, request.user)
-    data = sharing.shared_data(
-        share,
-        limit=page_limit(request.query_params.get("limit")),
-        before=request.query_params.get("before") or None,
-    )
-    before = data.pop("previous_before")
-    url = remove_query_param(request.build_absolute_uri(), "before")
-    data["previous"] = replace_query_param(url, "before", before) if before else None
-    return Response(data)
+class PartViewSet(ApiViewSet):
+    def get_object(self) -> Part:
+        return part_for_user(self.request.user, self.kwargs["part_id"])
+
+    @extend_schema(responses={200: part_out()})
+    def retrieve(self, request: Request, part_id: str) -> Response:
+        """One part whole: what lists and events cut at ``API_PART_FIELD_MAX``."""
+        return Response(part_data(self.get_object(), whole=True))
 
 
-@extend_schema(responses={200: dict})
-@api_view(["GET"])
-@permission_classes([AllowAny])
-def shared_files(request: Request, token: str, path: str) -> HttpResponse:
-    share = sharing.share_for_token(token, request.user)
-    return HttpResponse(sharing.shared_file(share, path), content_type="text/plain; charset=utf-8")
+class SharedViewSet(ApiViewSet):
+    # ``/api/shared/{token}/``: what a share link shows, read-only. The token is the
+    # authorization; reading needs a login unless ``SHARE_ANONYMOUS_READ``.
 
+    permission_classes = [AllowAny]
 
-@extend_schema(request=ForkIn, responses={201: dict})
-@api_view(["POST"])
-def shared_fork(request: Request, token: str) -> Response:
-    share = sharing.share_for_token(token, request.user, for_fork=True)
-    title = request.data.get("title", "") if isinstance(request.data, dict) else ""
-    if not isinstance(title, str):
-        raise InvalidInput("title must be a string.")
-    fork = sharing.fork_shared(share=share, user=request.user, title=title[:200])
-    return Response(session_data(fork), status=status.HTTP_201_CREATED)
+    def get_object(self) -> Share:
+        return sharing.share_for_token(self.kwargs["token"], self.request.user)
+
+    @extend_schema(parameters=[SharedQueryIn], responses={200: SharedOut})
+    def retrieve(self, request: Request, token: str) -> Response:
+        """The pinned conversation (a page of it, nearest the pin first) and its files."""
+        share = self.get_object()
+        query = self.query(SharedQueryIn)
+        data = sharing.shared_data(share, limit=query["limit"], before=query["before"] or None)
+        before = data.pop("previous_before")
+        url = remove_query_param(request.build_absolute_uri(), "before")
+        data["previous"] = replace_query_param(url, "before", before) if before else None
+        return Response(data)
+
+    @extend_schema(responses={(200, "text/plain"): OpenApiTypes.STR})
+    def files(self, request: Request, token: str, path: str) -> HttpResponse:
+        share = self.get_object()
+        return HttpResponse(sharing.shared_file(share, path), content_type=TEXT)

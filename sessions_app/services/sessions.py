@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from .. import events
-from ..errors import InvalidInput, NotFoundError, QuotaExceeded, SessionBusyError
+from ..errors import InvalidInput, NotFoundError, QuotaExceeded
 from ..models import Message, Session
 from ..selectors import session_data
 from . import lock
@@ -16,12 +16,11 @@ from . import lock
 def create_session(
     *, owner, title: str = "", model: str = "", system_prompt: str = "", checkpoint: str = ""
 ) -> Session:  # noqa: ANN001
+    """A new session of ``owner``. The arguments' shape (a checkpoint mode of
+    ``Session.Checkpoint``, a model name ``scripted`` or ``openai:<model>``) is the API's to
+    check (``sessions_app.api.serializers.SessionIn``); empty means the default."""
     checkpoint = checkpoint or Session.Checkpoint.TOOL_BATCH
-    if checkpoint not in Session.Checkpoint.values:
-        raise InvalidInput(f"checkpoint must be one of {', '.join(Session.Checkpoint.values)}.")
     model = model or settings.AGENT_MODEL
-    if model != "scripted" and not model.startswith("openai:"):
-        raise InvalidInput("model must be 'scripted' or 'openai:<model>'.")
     with transaction.atomic():
         check_session_quota(owner)
         session = Session.objects.create(
@@ -62,9 +61,7 @@ def rename_session(*, session: Session, title) -> Session:  # noqa: ANN001
 
 def delete_session(*, session: Session) -> None:
     with transaction.atomic():
-        locked = Session.objects.select_for_update().get(id=session.id)
-        if lock.is_busy(locked):
-            raise SessionBusyError()
+        locked = lock.lock_idle_session(session.id)
         worktree, snapshot_dir = locked.worktree, locked.snapshot_dir
         locked.delete()
     shutil.rmtree(worktree, ignore_errors=True)
@@ -96,9 +93,7 @@ def newest_leaf(message: Message) -> Message:
 
 def switch_head(*, session: Session, message_id: str) -> Session:
     with transaction.atomic():
-        locked = Session.objects.select_for_update().get(id=session.id)
-        if lock.is_busy(locked):
-            raise SessionBusyError()
+        locked = lock.lock_idle_session(session.id)
         message = Message.objects.filter(session=locked, id=message_id).first()
         if message is None:
             raise NotFoundError("No such message in this session.")

@@ -13,21 +13,20 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.http import Http404
 from django.utils import timezone
 
 from .. import snapshots
-from ..errors import NotAuthenticated
+from ..errors import NotAuthenticated, NotFoundError
 from ..models import Message, Part, Session, Share
 from ..selectors import (
     active_path,
     files_at,
+    fork_point,
     message_data,
     message_page,
     path_ids,
 )
 from ..tools_paths import PATH_MAX
-from .fork import copy_path, fork_point
 
 
 def share_session(
@@ -77,7 +76,7 @@ def share_for_token(token: str, user, *, for_fork: bool = False) -> Share:  # no
         and not Message.objects.filter(id=share.message_id, session_id=share.session_id).exists()
     ):
         # Revoked, or its pinned message is gone (a cleanup): never fall back to the head.
-        raise Http404("No such shared conversation.")
+        raise NotFoundError("No such shared conversation.")
     if not getattr(user, "is_authenticated", False) and (
         for_fork or not settings.SHARE_ANONYMOUS_READ
     ):
@@ -153,22 +152,8 @@ def shared_file(share: Share, path: str) -> bytes:
     # Over PATH_MAX no file has that name, and as git's argument it can exceed the kernel's
     # limit for one (E2BIG, an OSError: a 500).
     if not path or any(p in ("", ".", "..") for p in parts) or len(path) >= PATH_MAX:
-        raise Http404("No such file in this shared conversation.")
+        raise NotFoundError("No such file in this shared conversation.")
     body = snapshots.for_session(share.session).read_blob(share.snapshot, path)
     if body is None:
-        raise Http404("No such file in this shared conversation.")
+        raise NotFoundError("No such file in this shared conversation.")
     return body
-
-
-def fork_shared(*, share: Share, user, title: str = "") -> Session:  # noqa: ANN001
-    """The caller's own copy of exactly what the share pins — the pinned path (none for an
-    empty pin) and the pinned files — with lineage to the source."""
-    source = share.session
-    return copy_path(
-        source=source,
-        user=user,
-        leaf=share.message_id,
-        title=title or f"Fork of {source.title}".strip(),
-        tree=share.snapshot or snapshots.EMPTY_TREE,
-        system_prompt=source.system_prompt if share.include_system_prompt else "",
-    )
