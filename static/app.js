@@ -85,26 +85,35 @@ function applyDelta(ev) {
   part.text = have + ev.text.slice(have.length - ev.offset);
 }
 
-function scheduleRefetch() {
+function scheduleRefetch(delay = 250) {
   if (refetchTimer) return;
   refetchTimer = setTimeout(async () => {
     refetchTimer = null;
-    await loadMessages(true);
+    try {
+      await loadMessages(true);
+    } catch {
+      return scheduleRefetch(1000); // the server is away (a restart): try again
+    }
     render();
-  }, 250);
+  }, delay);
 }
 
 let reloadTimer = null;
-function scheduleReload() {
+function scheduleReload(delay = 100) {
   if (reloadTimer) return;
   reloadTimer = setTimeout(async () => {
-    await loadMessages(false);
+    try {
+      await loadMessages(false);
+      await loadTree();
+    } catch {
+      reloadTimer = null;
+      return scheduleReload(1000);
+    }
     reloadTimer = null;
-    await loadTree();
     render();
     // Events that came while the path was fetched: a merge refetch catches them up.
     if (currentStatus === "busy") scheduleRefetch();
-  }, 100);
+  }, delay);
 }
 
 // The path comes a page at a time: the page nearest the head first; `olderPage` is the link
@@ -234,7 +243,7 @@ function handle(ev) {
       if (moved && (!order.includes(head) || order[order.length - 1] !== head)) {
         // The head left the end of the path we show (rollback, a branch switch, continue,
         // regenerate; from this tab, another one or the admin): show the path to it.
-        loadMessages(false).then(() => { render(); refreshTree(); });
+        loadMessages(false).then(() => { render(); refreshTree(); }, () => scheduleReload(1000));
       }
       break;
     }
@@ -651,18 +660,41 @@ async function loadFiles() {
   }));
 }
 
+// The socket comes first, then the state over the API, then the events that came meanwhile.
+// When the socket drops (a server restart), it is opened again, and once it is open the
+// state is read again (it may have moved on while the socket was down).
+let everOpened = false;
 function connect() {
   const proto = location.protocol === "https:" ? "wss" : "ws";
-  const ws = new WebSocket(`${proto}://${location.host}/ws/sessions/${sessionId}/`);
-  ws.onmessage = (msg) => {
-    const ev = JSON.parse(msg.data);
-    if (ready) handle(ev); else buffered.push(ev);
-  };
-  ws.onclose = (e) => {
-    if (e.code === 4403) return showError("You may not see this session.");
-    setTimeout(async () => { ready = false; connect(); await start(); }, 1000);
-  };
-  return new Promise((resolve) => { ws.onopen = resolve; });
+  return new Promise((resolve) => {
+    const ws = new WebSocket(`${proto}://${location.host}/ws/sessions/${sessionId}/`);
+    ws.onmessage = (msg) => {
+      const ev = JSON.parse(msg.data);
+      if (ready) handle(ev); else buffered.push(ev);
+    };
+    ws.onopen = () => {
+      resolve();
+      if (everOpened) restart();
+      everOpened = true;
+    };
+    ws.onclose = (e) => {
+      if (e.code === 4403) return showError("You may not see this session.");
+      ready = false;
+      setTimeout(connect, 1000);
+    };
+  });
+}
+
+async function restart() {
+  for (let attempt = 0; attempt < 30; attempt++) {
+    try {
+      await start();
+      return;
+    } catch {
+      await new Promise((r) => setTimeout(r, Math.min(5000, 500 * 2 ** attempt)));
+    }
+  }
+  showError("The server does not answer; reload the page.");
 }
 
 async function start() {

@@ -14,15 +14,11 @@ from runs_app.services.runs import wait_for_run
 from runs_app.transcript import entry_ends
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path
-from tests.conftest import client_for, run_turn
+from tests.conftest import client_for, new_session, run_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TWO_TOOLS = "write a.txt x\nwrite b.txt y\nsay fin"
-
-
-def new_session(api, **fields) -> str:
-    return api.post("/api/sessions/", {"title": "t", **fields}, format="json").json()["id"]
 
 
 def cont(api, run_id, **body):

@@ -25,11 +25,6 @@ def files(root):
     }
 
 
-@pytest.fixture
-def sid(api):
-    return api.post("/api/sessions/", {}, format="json").json()["id"]
-
-
 def revert(api, sid, message_id, part_id=None):
     body = {"message_id": message_id}
     if part_id:

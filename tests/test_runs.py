@@ -12,7 +12,7 @@ from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.models import Message, Part, Session
 from sessions_app.services.sessions import create_session
-from tests.conftest import client_for
+from tests.conftest import client_for, new_session, runs_idle, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -25,17 +25,8 @@ def prompt(api, sid, text, **extra):
     )
 
 
-def new_session(api):
-    return api.post("/api/sessions/", {}, format="json").json()["id"]
-
-
 def wait_idle(sid, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not Run.objects.filter(session_id=sid).exclude(status__in=Run.TERMINAL).exists():
-            return
-        time.sleep(0.05)
-    raise AssertionError("runs did not finish")
+    wait_until(lambda: runs_idle(sid), timeout, "the runs to finish")
 
 
 def test_a_prompt_with_wait_writes_and_reads_a_file(api):

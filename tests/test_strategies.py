@@ -9,6 +9,7 @@ import pytest
 from runs_app.models import Run
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path
+from tests.conftest import runs_idle, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,17 +21,8 @@ def post(api, sid, text=None, **extra):
     return api.post(f"/api/sessions/{sid}/runs/", body, format="json")
 
 
-def wait_for(predicate, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.03)
-    raise AssertionError("timed out")
-
-
-def idle(sid):
-    return not Run.objects.filter(session_id=sid).exclude(status__in=Run.TERMINAL).exists()
+wait_for = wait_until
+idle = runs_idle
 
 
 def path_texts(sid):
@@ -39,11 +31,6 @@ def path_texts(sid):
         (m.role, "".join(p.text for p in m.loaded_parts if p.type == "text"))
         for m in active_path(session)
     ]
-
-
-@pytest.fixture
-def sid(api):
-    return api.post("/api/sessions/", {}, format="json").json()["id"]
 
 
 def test_interrupt_stops_the_current_run_keeps_its_output_and_runs_the_new_one(api, sid):
@@ -83,7 +70,7 @@ def test_rollback_removes_the_current_runs_messages_from_the_path_but_keeps_them
 
 
 def test_abort_mid_tool_then_resume_completes_the_turn_then_a_prompt_works(api, sid):
-    run = post(api, sid, "wait 30\nsay after").json()
+    run = post(api, sid, "wait 3\nsay after").json()
     wait_for(lambda: Part.objects.filter(message__run_id=run["id"], type="tool").exists())
     started = time.monotonic()
     assert api.post(f"/api/sessions/{sid}/abort/").status_code == 200

@@ -243,14 +243,3 @@ def services_available() -> bool:
     return os.environ.get("DATABASE_URL", "").startswith("postgres") and bool(
         os.environ.get("REDIS_URL")
     )
-
-
-def wait_until(predicate, timeout: float, what: str, every: float = 0.05):  # noqa: ANN001, ANN201
-    """The predicate's first truthy value within ``timeout`` seconds, else a failure."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"timed out waiting for {what}")

@@ -56,6 +56,7 @@ def stream_through(page, server, fault: Callable[[], None]) -> None:
     assert page.locator(f'[data-message-id="{message_id}"] .text').count() == 1
 
 
+@pytest.mark.server_restarts
 def test_a_daphne_restart_mid_stream_loses_and_doubles_nothing(page, server):
     if not isinstance(server, ServicesServer):
         assert not services_available()

@@ -12,7 +12,9 @@ from django.contrib.auth.models import User
 from django.db import connection
 from rest_framework.authtoken.models import Token
 
-from .stack import base_env, services_database_url, wait_until
+from tests.conftest import wait_until
+
+from .stack import base_env, services_database_url
 
 pytestmark = pytest.mark.timeout(300)
 
