@@ -317,7 +317,13 @@ STREAM_FRAME_MS = float(os.environ.get("STREAM_FRAME_MS", "40"))
 # Streamed text is written to the database at most this often while a step streams.
 STREAM_FLUSH_SECONDS = float(os.environ.get("STREAM_FLUSH_SECONDS", "0.5"))
 SCRIPTED_DEFAULT_PACE_MS = float(os.environ.get("SCRIPTED_DEFAULT_PACE_MS", "15"))
-EMBEDDED_RUN_THREADS = int(os.environ.get("EMBEDDED_RUN_THREADS", "4"))
+# The run host (runs_app/host.py): every live run of a process is a coroutine on one loop.
+# At most RUN_HOST_CAPACITY live runs a process (more wait for room; the broker hands them to
+# other workers); RUN_DB_THREADS threads (one database connection each) run their database
+# statements and git, RUN_TOOL_THREADS their file tools.
+RUN_HOST_CAPACITY = int(os.environ.get("RUN_HOST_CAPACITY", "1000"))
+RUN_DB_THREADS = int(os.environ.get("RUN_DB_THREADS", "8"))
+RUN_TOOL_THREADS = int(os.environ.get("RUN_TOOL_THREADS", "16"))
 # Where runs execute: "celery" (services mode) or "thread" (embedded: in-process pool).
 RUN_EXECUTOR = os.environ.get("RUN_EXECUTOR", "thread" if EMBEDDED else "celery")
 

@@ -7,8 +7,8 @@ class RunsAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The in-process executor calls the engine by way of the runtime, which therefore
-        # needs no import of it (the engine imports the runtime).
-        from . import engine, runtime
+        # In-process runs go to the run host by way of the runtime, which therefore needs no
+        # import of it (the host imports the runtime).
+        from . import host, runtime
 
-        runtime.set_runner(engine.run_agent)
+        runtime.set_runner(host.host.submit)

@@ -1,5 +1,7 @@
-"""The agent loop: the steps of one run. ``run_agent(run_id)`` is what the Celery task and
-the embedded executor run.
+"""The agent loop: the steps of one run, as a coroutine on the process's run host
+(``runs_app/host.py``), which carries many runs at once. What blocks — database statements,
+git, file tools — runs in the host's threads (``await self.db(...)``); the model's stream,
+waits, events and abort checks stay on the loop.
 
 1. ``lifecycle.begin``: the run goes pending → running under the session's busy lock (a
    lease the heartbeat renews);
@@ -13,30 +15,27 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import jsonschema
 from django.conf import settings
 from django.db import (
     InterfaceError,
     OperationalError,
-    close_old_connections,
-    connection,
     transaction,
 )
 from django.utils import timezone
 
 from sessions_app import events, snapshots
-from sessions_app.logs import log_context
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
-from sessions_app.services import lock
 from sessions_app.services.revert import cleanup_session
 
-from . import lifecycle, runtime
+from . import lifecycle
 from .checkpoint import Checkpointer
+from .control import RunControl, RunHostLike
 from .models import Run
 from .providers import ProviderError, get_provider
 from .providers.base import Finish, ReasoningDelta, StructuredOutput, TextDelta, ToolCall
@@ -45,6 +44,7 @@ from .tools import TOOLS, ToolContext, ToolError, available_tools
 from .transcript import model_messages
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 UNFINISHED = {"pending", "running"}
 
@@ -57,65 +57,17 @@ class LockLost(Exception):
     pass
 
 
-class Heartbeat(threading.Thread):
-    """Renews the lease and watches for an abort, so the loop only reads two Events.
-
-    An abort arrives at once through the abort bus; the database flag is also read every
-    ``RUN_ABORT_POLL_SECONDS`` in case a notification was lost. The thread holds no database
-    connection between its visits, so a running run costs one connection, not two.
-
-    A heartbeat that cannot renew the lease stops the run (``lost``): a lease that is not
-    renewed expires, and then another worker may take the session over while this one would
-    still write. Whatever goes wrong in here — the renewal failing, the database away, a
-    bug — ends in ``lost``, never in a silent exit that leaves the loop running unrenewed."""
-
-    def __init__(self, session_id: str, run_id: str) -> None:
-        super().__init__(name=f"heartbeat-{run_id}", daemon=True)
-        self.session_id, self.run_id = session_id, run_id
-        self.bus = runtime.abort_bus()
-        self.abort = self.bus.register(run_id)
-        self.lost = threading.Event()
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        renew_every = max(0.2, settings.RUN_LEASE_SECONDS / 3)
-        poll_every = settings.RUN_ABORT_POLL_SECONDS
-        last_renew = last_poll = time.monotonic()
-        try:
-            while not self.stop.wait(min(0.1, poll_every)):
-                now = time.monotonic()
-                if now - last_poll < poll_every and now - last_renew < renew_every:
-                    continue
-                try:
-                    if now - last_poll >= poll_every:
-                        last_poll = now
-                        if Run.objects.filter(id=self.run_id, abort_requested=True).exists():
-                            self.abort.set()
-                    if now - last_renew >= renew_every:
-                        last_renew = now
-                        if not lock.renew(self.session_id, self.run_id):
-                            self.lost.set()
-                            return
-                finally:
-                    connection.close()
-        except Exception:
-            log.exception("heartbeat of %s failed: the run stops", self.run_id)
-            self.lost.set()
-        finally:
-            self.bus.unregister(self.run_id)
-            connection.close()
-
-
 class AgentLoop:
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: Run, *, host: RunHostLike, control: RunControl) -> None:
         self.run = run
+        self.host = host
+        self.control = control
         self.session: Session = run.session
         self.provider = get_provider(run.model or self.session.model or settings.AGENT_MODEL)
         self.tools = {t.name: t for t in available_tools()}
         self.snap = snapshots.for_session(self.session)
         self.writer = Checkpointer(self.session.id)
         self.mode = run.checkpoint or self.session.checkpoint
-        self.heartbeat = Heartbeat(self.session.id, run.id)
         self.history: list[Message] = []
         self.head_id: str | None = self.session.head_id
         self.tree: str | None = None
@@ -124,13 +76,17 @@ class AgentLoop:
 
     # -- helpers ------------------------------------------------------------------------------
     def aborted(self) -> bool:
-        return self.heartbeat.abort.is_set() or self.heartbeat.lost.is_set()
+        return self.control.stopped()
 
     def check(self) -> None:
-        if self.heartbeat.lost.is_set():
+        if self.control.lost.is_set():
             raise LockLost()
-        if self.heartbeat.abort.is_set():
+        if self.control.abort.is_set():
             raise Aborted()
+
+    async def db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn`` in one of the host's database threads (it blocks; the loop must not)."""
+        return await self.host.blocking(fn, *args, **kwargs)
 
     def emit(self, type: str, **payload: Any) -> None:
         events.publish(self.session.id, type, **payload)
@@ -161,9 +117,8 @@ class AgentLoop:
         return message
 
     # -- phases -------------------------------------------------------------------------------
-    def execute(self) -> None:
+    async def execute(self) -> None:
         run = self.run
-        self.heartbeat.start()
         status, error = Run.Status.COMPLETED, None
         try:
             run.status = Run.Status.RUNNING
@@ -172,26 +127,27 @@ class AgentLoop:
             prompting = run.mode == Run.Mode.PROMPT and run.input_message_id is None
             if prompting and self.session.revert:
                 # Rule 1.3 / 3.6: a new prompt confirms a pending revert first.
-                self.session = cleanup_session(session=self.session, holder_run_id=run.id)
+                self.session = await self.db(
+                    cleanup_session, session=self.session, holder_run_id=run.id
+                )
                 self.head_id = self.session.head_id
             if run.branch and not run.branch.get("applied"):
-                self.start_branch()
+                await self.db(self.start_branch)
             else:
-                self.history = active_path(self.session)
+                self.history = await self.db(active_path, self.session)
             if prompting:
-                self.start_prompt()
+                await self.db(self.start_prompt)
             elif turn_finished(self.history):
                 # Resume with nothing unfinished: the turn had ended; no model call, no tool.
-                self.finish(Run.Status.COMPLETED, None)
+                await self.finish(Run.Status.COMPLETED, None)
                 return
-            self.loop()
+            await self.loop()
         except Aborted:
             status = Run.Status.CANCELLED
         except LockLost:
             # The lease is gone: another worker may hold the session now. Nothing more is
             # written (not even what is buffered): that worker resumes from the checkpoint.
             log.warning("run %s lost its lock; it stops without writing", run.id)
-            self.heartbeat.stop.set()
             return
         except ProviderError as exc:
             status, error = Run.Status.ERROR, {"type": "ProviderError", "message": str(exc)}
@@ -200,8 +156,6 @@ class AgentLoop:
             # The database went away under the loop (a restart, a killed connection). What
             # was checkpointed is kept; the run ends here and can be resumed or continued.
             log.warning("run %s lost its database connection: %s", run.id, exc)
-            close_old_connections()
-            connection.close()
             message = (
                 f"The database connection was lost during the run ({str(exc).strip()}). "
                 "What was saved before is kept: resume or continue the run."
@@ -213,8 +167,10 @@ class AgentLoop:
             status, error = Run.Status.ERROR, {"type": exc.__class__.__name__, "message": str(exc)}
             self.fail_last_message(str(exc))
         finally:
-            self.heartbeat.stop.set()
-        self.finish(status, error)
+            close = getattr(self.provider, "aclose", None)
+            if close is not None:
+                await close()
+        await self.finish(status, error)
 
     def start_prompt(self) -> None:
         """Rule 1.3: interrupt unfinished tools on the path, then write the user message."""
@@ -346,19 +302,19 @@ class AgentLoop:
         self.writer.touch(part, "state")
         self.emit(events.PART_UPDATED, part=part_data(part))
 
-    def loop(self) -> None:
-        self.tree = self.first_tree = self.snap.track()
+    async def loop(self) -> None:
+        self.tree = self.first_tree = await self.db(self.snap.track)
         max_steps = self.run.max_steps or settings.AGENT_MAX_STEPS
         for index in range(max_steps):
             self.check()
             # Rule 1.5: before every step (a no-op after a step that finished normally).
-            self.recover(mode="resume")
-            called_tools = self.step(index)
+            await self.recover(mode="resume")
+            called_tools = await self.step(index)
             if not called_tools:
                 return
         self.run.result = "max_steps"
 
-    def recover(self, *, mode: str) -> None:
+    async def recover(self, *, mode: str) -> None:
         """Rule 1.5, on the last assistant message of the path: completed and error tools
         are kept; unfinished tools without side effects run again; with side effects they
         are interrupted (never run twice), and so is every unfinished tool after an
@@ -383,7 +339,7 @@ class AgentLoop:
             if blocked:
                 self.interrupt(part, reason="blocked", now=time.time())
             elif tool is not None and not tool.side_effects:
-                self.run_tool(part)  # recall: no side effects, so running it again is safe
+                await self.run_tool(part)  # recall: no side effects, so running it again is safe
             else:
                 self.interrupt(part, reason=mode, now=time.time())  # never run twice
                 blocked = True
@@ -398,31 +354,37 @@ class AgentLoop:
             self.writer.touch(last, "completed_at", "error")
             self.emit(events.MESSAGE_UPDATED, message=message_data(last))
         if self.mode != Session.Checkpoint.RUNS:  # "runs" writes at terminal states only
-            self.writer.flush()
+            await self.db(self.writer.flush)
 
-    def step(self, index: int) -> bool:
-        before = self.tree or self.snap.track()
+    async def step(self, index: int) -> bool:
+        before = self.tree or await self.db(self.snap.track)
         message = self.new_message(Message.Role.ASSISTANT)
         self.new_part(message, Part.Type.STEP_START, data={"snapshot": before, "step": index})
         self.emit(events.MESSAGE_UPDATED, message=message_data(message))
         tool_parts: list[Part] = []
         try:
-            for call in self.stream(message):
+            for call in await self.stream(message):
                 tool_parts.append(self.pending_tool(message, call))
             if self.mode != Session.Checkpoint.RUNS and tool_parts:
                 # The batch is on record before any of it runs: after a crash, recovery sees
                 # these calls and never runs a side-effect tool twice (rule 1.7).
-                self.writer.flush()
+                await self.db(self.writer.flush)
             for part in tool_parts:
                 self.check()
-                self.run_tool(part)
+                await self.run_tool(part)
                 if self.mode == Session.Checkpoint.TOOL:
-                    self.writer.flush()
+                    await self.db(self.writer.flush)
+        except LockLost:
+            raise  # not a line more: another worker may own the session
         except BaseException:
             # A step that ends in an error or an abort still records what it did to the files.
-            self.close_step(message, index, before, ran_tools=bool(tool_parts), finished=False)
+            await self.db(
+                self.close_step, message, index, before, ran_tools=bool(tool_parts), finished=False
+            )
             raise
-        self.close_step(message, index, before, ran_tools=bool(tool_parts), finished=True)
+        await self.db(
+            self.close_step, message, index, before, ran_tools=bool(tool_parts), finished=True
+        )
         return bool(tool_parts)
 
     def pending_tool(self, message: Message, call: ToolCall) -> Part:
@@ -471,13 +433,13 @@ class AgentLoop:
         if changed:
             self.publish_diff(before, after)
 
-    def stream(self, message: Message) -> list[ToolCall]:
+    async def stream(self, message: Message) -> list[ToolCall]:
         specs = [t.spec() for t in self.tools.values()]
         prompt = model_messages(self.history[:-1], self.session.system_prompt)
         calls: list[ToolCall] = []
         parts: dict[str, Part] = {}
         last_flush = time.monotonic()
-        for event in self.provider.stream(prompt, specs, should_abort=self.aborted):
+        async for event in self.provider.astream(prompt, specs, should_abort=self.aborted):
             if isinstance(event, TextDelta | ReasoningDelta):
                 kind = Part.Type.TEXT if isinstance(event, TextDelta) else Part.Type.REASONING
                 part = parts.get(kind)
@@ -499,7 +461,7 @@ class AgentLoop:
                     self.mode != Session.Checkpoint.RUNS
                     and time.monotonic() - last_flush >= settings.STREAM_FLUSH_SECONDS
                 ):
-                    self.writer.flush()
+                    await self.db(self.writer.flush)
                     last_flush = time.monotonic()
             elif isinstance(event, ToolCall):
                 calls.append(event)
@@ -515,7 +477,7 @@ class AgentLoop:
             self.emit(events.PART_UPDATED, part=part_data(part))
         return calls
 
-    def run_tool(self, part: Part) -> None:
+    async def run_tool(self, part: Part) -> None:
         state = dict(part.state or {})
         state["status"] = "running"
         state["time"] = {"start": time.time(), "end": None}
@@ -528,7 +490,11 @@ class AgentLoop:
             if tool is None:
                 raise ToolError(f"Unknown or disabled tool: {part.tool}.")
             ctx = ToolContext(worktree=self.session.worktree, should_abort=self.aborted)
-            state["output"] = tool.run(ctx, state.get("input") or {})
+            args = state.get("input") or {}
+            if tool.afn is not None:
+                state["output"] = await tool.arun(ctx, args)
+            else:
+                state["output"] = await self.host.in_tool_thread(tool.run, ctx, args)
             state["status"] = "completed"
         except ToolError as exc:
             if self.aborted():
@@ -599,19 +565,22 @@ class AgentLoop:
             }
         return None
 
-    def finish(self, status: str, error: dict | None) -> None:
+    async def finish(self, status: str, error: dict | None) -> None:
         run = self.run
         if status == Run.Status.COMPLETED and run.output_schema:
             error = self.structured_error()
             if error:
                 status = Run.Status.ERROR
-        self.writer.flush()
         run.status, run.error = status, error
         run.finished_at = timezone.now()
         run.usage = self.usage
         if status == Run.Status.COMPLETED and not run.result:
             run.result = "stop"
-        lifecycle.finish(run)
+        await self.db(self._record_end)
+
+    def _record_end(self) -> None:
+        self.writer.flush()
+        lifecycle.finish(self.run)
 
 
 def turn_finished(history: list[Message]) -> bool:
@@ -625,19 +594,3 @@ def turn_finished(history: list[Message]) -> bool:
         and last.completed_at is not None
         and not any(p.type == Part.Type.TOOL for p in last.loaded_parts)
     )
-
-
-def run_agent(run_id: str) -> bool:
-    """Run (or resume) one run to its end (see ``lifecycle.begin`` for why delivering it
-    twice is safe). Returns False when the session is still held by another worker's live
-    lease and the delivery should be retried later."""
-    close_old_connections()
-    try:
-        begun = lifecycle.begin(run_id)
-        if begun.run is None:
-            return not begun.retry
-        with log_context(run_id=begun.run.id, session_id=begun.run.session_id):
-            AgentLoop(begun.run).execute()
-        return True
-    finally:
-        close_old_connections()

@@ -2,15 +2,16 @@
 
 The mode decides three things, each provided from this module:
 
-* **where a run executes** (``enqueue``): a Celery task in services mode, an in-process
-  thread pool in embedded mode (``RUN_EXECUTOR=thread``, which the in-process tests also use).
-  Both end in the same ``run_agent``, registered by the app at start-up (``set_runner``) so
-  that this module needs no import of the engine;
+* **where a run executes** (``enqueue``): a Celery task in services mode, this process's run
+  host in embedded mode (``RUN_EXECUTOR=thread``, which the in-process tests also use). Both
+  end on a run host (``runs_app/host.py``), registered by the app at start-up
+  (``set_runner``) so that this module needs no import of it;
 * **how an abort reaches a running loop** (``abort_bus``): Redis pub/sub across processes,
   or an in-process event;
-* **where events are published from** (``attach_server``): in embedded mode the in-memory
-  channel layer lives on the ASGI server's loop, so the publisher binds to it, and the server
-  also sweeps for runs whose lease expired (no worker does it there).
+* **where events are published from**: in embedded mode the in-memory channel layer lives on
+  the ASGI server's loop, so the publisher binds to it (``attach_server``), and the server
+  also sweeps for runs whose lease expired (no worker does it there); elsewhere it binds to
+  the run host's loop (``host_started``), where the runs' tokens come from.
 
 Everything else asks this module; no other module branches on the mode.
 """
@@ -21,7 +22,6 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 
 from celery import current_app
 from django.conf import settings
@@ -36,8 +36,6 @@ log = logging.getLogger(__name__)
 TASK_NAME = "runs_app.run_agent"
 
 _runner: Callable[[str], object] | None = None
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
 _bus: buses.AbortBus | None = None
 _bus_lock = threading.Lock()
 
@@ -58,34 +56,17 @@ def in_process() -> bool:
 
 
 def set_runner(runner: Callable[[str], object]) -> None:
-    """The function that runs a run by id (``engine.run_agent``); set once at start-up."""
+    """How a run is handed to this process's run host (``host.submit``); set at start-up."""
     global _runner
     _runner = runner
 
 
-def _pool_executor() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(
-                max_workers=settings.EMBEDDED_RUN_THREADS, thread_name_prefix="run"
-            )
-        return _pool
-
-
-def _run_safely(run_id: str) -> None:
-    assert _runner is not None, "runs_app is not ready: no runner registered"
-    try:
-        _runner(run_id)
-    except Exception:
-        log.exception("in-process run %s crashed", run_id)
-
-
-def enqueue(run_id: str) -> Future | None:
+def enqueue(run_id: str) -> object:
     """Start ``run_id`` where runs execute in this mode. Call after the transaction that
     created or queued the run commits (``enqueue_on_commit``)."""
     if in_process():
-        return _pool_executor().submit(_run_safely, run_id)
+        assert _runner is not None, "runs_app is not ready: no runner registered"
+        return _runner(run_id)
     # The project's Celery app (config/celery.py) is the current one once Django is set up.
     current_app.send_task(TASK_NAME, args=[run_id], task_id=run_id)
     return None
@@ -102,6 +83,13 @@ def abort_bus() -> buses.AbortBus:
         if _bus is None:
             _bus = buses.LocalAbortBus() if embedded() else buses.RedisAbortBus(redis_url())
         return _bus
+
+
+def host_started(loop: asyncio.AbstractEventLoop) -> None:
+    """Called by the run host when its loop starts: outside embedded mode the runs' events
+    are published from that loop (no thread hop per token)."""
+    if not embedded():
+        publisher.bind_loop(loop)
 
 
 def attach_server(loop: asyncio.AbstractEventLoop, start_sweeper: Callable[[], None]) -> None:

@@ -2,10 +2,9 @@ from __future__ import annotations
 
 from celery import shared_task
 from celery.signals import worker_ready
-from django.conf import settings
 
 from . import lifecycle
-from .engine import run_agent
+from .host import host
 from .runtime import TASK_NAME
 
 
@@ -17,10 +16,16 @@ from .runtime import TASK_NAME
     max_retries=40,
 )
 def run_agent_task(self, run_id: str) -> None:  # noqa: ANN001
-    """Late ack: a worker that dies mid-run leaves the message unacked; it is delivered again
-    and the run resumes from what was persisted once the dead worker's lease has expired."""
-    if not run_agent(run_id):
-        raise self.retry(countdown=max(1.0, settings.RUN_LEASE_SECONDS / 2))
+    """Hands the run to this process's run host and returns once the run has begun (pending →
+    running, its lease taken) — not when it ends: a waiting run holds no Celery slot. The ack
+    is late, so a worker that dies before that leaves the message to be delivered again;
+    after it, the run's lease is what recovers it (the sweep of every worker re-enqueues a
+    run whose lease expired). While the host is full the task waits here, so the broker
+    hands the next runs to other workers."""
+    begun = host.submit(run_id)
+    if begun.result():
+        # Another worker's live lease still holds the session; the host retries by itself.
+        return
 
 
 @worker_ready.connect

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,9 @@ class Tool:
     fn: Callable[[ToolContext, dict[str, Any]], str]
     side_effects: bool = True
     blocks_on_error: bool = False
+    # A tool that only waits (``wait``) also has a coroutine: on the run host it waits on the
+    # loop instead of holding a thread.
+    afn: Callable[[ToolContext, dict[str, Any]], Awaitable[str]] | None = None
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI function-tool description."""
@@ -50,6 +54,12 @@ class Tool:
         if not isinstance(args, dict):
             raise ToolError("Tool arguments must be a JSON object.")
         return self.fn(ctx, args)
+
+    async def arun(self, ctx: ToolContext, args: dict[str, Any]) -> str:
+        if not isinstance(args, dict):
+            raise ToolError("Tool arguments must be a JSON object.")
+        assert self.afn is not None
+        return await self.afn(ctx, args)
 
 
 def resolve(worktree: Path, relative: Any, *, allow_root: bool = False) -> Path:
@@ -193,17 +203,31 @@ def _delete(ctx: ToolContext, args: dict[str, Any]) -> str:
     raise ToolError(f"No such file: {args.get('path')}")
 
 
-def _wait(ctx: ToolContext, args: dict[str, Any]) -> str:
+def _wait_seconds(args: dict[str, Any]) -> float:
     try:
         seconds = float(args.get("seconds", 1))
     except (TypeError, ValueError) as exc:
         raise ToolError("'seconds' must be a number.") from exc
-    seconds = max(0.0, min(seconds, 3600.0))
+    return max(0.0, min(seconds, 3600.0))
+
+
+def _wait(ctx: ToolContext, args: dict[str, Any]) -> str:
+    seconds = _wait_seconds(args)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         if ctx.should_abort():
             raise ToolError("Aborted while waiting.")
         time.sleep(min(0.05, max(0.0, end - time.monotonic())))
+    return f"Waited {seconds:g} seconds."
+
+
+async def _await(ctx: ToolContext, args: dict[str, Any]) -> str:
+    seconds = _wait_seconds(args)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if ctx.should_abort():
+            raise ToolError("Aborted while waiting.")
+        await asyncio.sleep(min(0.05, max(0.0, end - time.monotonic())))
     return f"Waited {seconds:g} seconds."
 
 
@@ -261,6 +285,7 @@ TOOLS: dict[str, Tool] = {
             _obj(seconds={"type": "number"}),
             _wait,
             side_effects=False,
+            afn=_await,
         ),
         Tool(
             "shell",

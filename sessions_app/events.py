@@ -90,6 +90,7 @@ class Publisher:
         self._idle = threading.Event()
         self._idle.set()
         self._inflight = 0
+        self._loop_thread = 0
 
     # -- setup ------------------------------------------------------------------------------
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -99,6 +100,7 @@ class Publisher:
                 return
             self._loop = loop
             self._external_loop = True
+            self._loop_thread = 0  # until the loop itself says which thread it runs in
             self._pid = os.getpid()
             self._queue = None
             self._layer = None
@@ -128,6 +130,7 @@ class Publisher:
             return loop
 
     def _start_sender(self) -> None:
+        self._loop_thread = threading.get_ident()
         if self._queue is None:
             self._queue = asyncio.Queue()
             asyncio.get_running_loop().create_task(self._sender())
@@ -170,7 +173,10 @@ class Publisher:
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> None:
         loop = self._ensure_loop()
-        loop.call_soon_threadsafe(fn, *args)
+        if threading.get_ident() == self._loop_thread:
+            fn(*args)  # already on the loop (the run host's runs): no hop, no wake-up
+        else:
+            loop.call_soon_threadsafe(fn, *args)
 
     # -- loop side ------------------------------------------------------------------------
     def _on_event(self, session_id: str, type: str, payload: dict[str, Any]) -> None:

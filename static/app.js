@@ -58,7 +58,7 @@ function upsertPart(p, fromFetch) {
       && known.text.length > p.text.length) {
     p = { ...p, text: known.text }; // live deltas are ahead of the stored text
   }
-  parts.set(p.id, { ...(known || {}), ...p });
+  parts.set(p.id, { ...(known || {}), ...p, textCount: undefined });
   let msg = messages.get(p.message_id);
   if (!msg) {
     msg = { id: p.message_id, role: "assistant", partIds: [] };
@@ -79,10 +79,21 @@ function applyDelta(ev) {
       type: ev.type === "reasoning-delta" ? "reasoning" : "text", text: "" });
     part = parts.get(ev.part_id);
   }
+  // Offsets count characters (code points, as the server does), not UTF-16 units: an
+  // emoji is one character there and two units in a JS string.
   const have = part.text || "";
-  if (ev.offset > have.length) return scheduleRefetch();
-  if (ev.offset + ev.text.length <= have.length) return; // already have it
-  part.text = have + ev.text.slice(have.length - ev.offset);
+  const haveCount = part.textCount ?? codePoints(have);
+  const added = [...ev.text];
+  if (ev.offset > haveCount) return scheduleRefetch();
+  if (ev.offset + added.length <= haveCount) return; // already have it
+  part.text = have + added.slice(haveCount - ev.offset).join("");
+  part.textCount = ev.offset + added.length;
+}
+
+function codePoints(text) {
+  let n = 0;
+  for (const _ of text) n++;
+  return n;
 }
 
 function scheduleRefetch(delay = 250) {

@@ -1,15 +1,28 @@
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.contrib.auth.models import User
+from django.db.backends.utils import CursorWrapper
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from runs_app.host import host
 from runs_app.models import Run
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _run_host_connections(django_db_setup):
+    """The run host's database threads keep their connections; give them back before the
+    test database is dropped."""
+    yield
+    host.close_connections()
 
 
 @pytest.fixture(autouse=True)
@@ -90,3 +103,30 @@ def wait_until(
 def runs_idle(session_id: str) -> bool:
     """No run of the session is still to finish."""
     return not Run.objects.filter(session_id=session_id).exclude(status__in=Run.TERMINAL).exists()
+
+
+@contextmanager
+def all_queries() -> Iterator[list[str]]:
+    """The SQL of every statement run meanwhile, from any thread (a run's statements run in
+    the run host's database threads, each on its own connection, which Django's
+    ``CaptureQueriesContext`` does not see). Set the host's keeper apart with long
+    ``RUN_LEASE_SECONDS`` / ``RUN_ABORT_POLL_SECONDS`` when counting."""
+    seen: list[str] = []
+    guard = threading.Lock()
+    execute, executemany = CursorWrapper.execute, CursorWrapper.executemany
+
+    def counted_execute(self, sql, params=None):  # noqa: ANN001, ANN202
+        with guard:
+            seen.append(sql)
+        return execute(self, sql, params)
+
+    def counted_executemany(self, sql, param_list):  # noqa: ANN001, ANN202
+        with guard:
+            seen.append(sql)
+        return executemany(self, sql, param_list)
+
+    with (
+        mock.patch.object(CursorWrapper, "execute", counted_execute),
+        mock.patch.object(CursorWrapper, "executemany", counted_executemany),
+    ):
+        yield seen

@@ -49,13 +49,13 @@ def user_texts(sid) -> list[str]:
 def prompts(monkeypatch):
     """What the model was sent, call by call."""
     sent: list[list[dict]] = []
-    original = ScriptedProvider.stream
+    original = ScriptedProvider.astream
 
-    def stream(self, messages, tools, should_abort=lambda: False):  # noqa: ANN001, ANN202
+    def astream(self, messages, tools, should_abort=lambda: False):  # noqa: ANN001, ANN202
         sent.append([dict(m) for m in messages])
         return original(self, messages, tools, should_abort=should_abort)
 
-    monkeypatch.setattr(ScriptedProvider, "stream", stream)
+    monkeypatch.setattr(ScriptedProvider, "astream", astream)
     return sent
 
 

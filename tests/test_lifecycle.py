@@ -1,6 +1,6 @@
 """The run lifecycle's guarantees (issue 13, items 1 and 3): one owner for a run's
-transitions, and a heartbeat that cannot renew the lease stops the run, so a session never
-has two writers."""
+transitions, and a lease renewal that fails stops the run, so a session never has two
+writers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from runs_app.engine import run_agent
+from runs_app.host import run_agent
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.models import Part, Session
@@ -43,10 +43,10 @@ def test_a_heartbeat_that_cannot_renew_stops_the_run_and_a_second_worker_finishe
         defer_enqueue=True,
     )
 
-    def broken_renew(session_id: str, run_id: str) -> bool:
+    def broken_renew(held: list[tuple[str, str]]) -> set[str]:
         raise RuntimeError("the database went away")
 
-    monkeypatch.setattr(lock, "renew", broken_renew)
+    monkeypatch.setattr(lock, "renew_many", broken_renew)
     first = threading.Thread(target=run_agent, args=(run.id,))
     started = time.monotonic()
     first.start()

@@ -5,14 +5,13 @@ import time
 
 import pytest
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
-from runs_app.engine import run_agent
+from runs_app.host import run_agent
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.models import Message, Part, Session
 from sessions_app.services.sessions import create_session
-from tests.conftest import client_for, new_session, runs_idle, wait_until
+from tests.conftest import all_queries, client_for, new_session, runs_idle, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -216,7 +215,8 @@ def _prior_history(session, owner, count):
 
 
 @pytest.mark.parametrize("mode", ["tool-batch"])
-def test_history_load_and_checkpoints_do_not_grow_with_history(owner, mode):
+def test_history_load_and_checkpoints_do_not_grow_with_history(owner, mode, settings):
+    settings.RUN_LEASE_SECONDS = settings.RUN_ABORT_POLL_SECONDS = 300  # keeper apart
     counts = []
     for size in (10, 400):
         session = create_session(owner=owner, checkpoint=mode)
@@ -227,11 +227,11 @@ def test_history_load_and_checkpoints_do_not_grow_with_history(owner, mode):
             messages=[{"role": "user", "content": "write a.txt x\nappend a.txt y"}],
             defer_enqueue=True,
         )
-        with CaptureQueriesContext(connection) as ctx:
+        with all_queries() as queries:
             run_agent(run.id)
         run.refresh_from_db()
         assert run.status == "completed"
-        counts.append(len(ctx.captured_queries))
+        counts.append(len(queries))
     assert counts[0] == counts[1]
 
 
@@ -261,7 +261,8 @@ def test_checkpoint_modes_decide_when_tool_rows_are_written(
     assert Run.objects.get(id=run["id"]).checkpoint == mode
 
 
-def test_mode_runs_writes_the_run_once_at_its_end(owner):
+def test_mode_runs_writes_the_run_once_at_its_end(owner, settings):
+    settings.RUN_LEASE_SECONDS = settings.RUN_ABORT_POLL_SECONDS = 300  # keeper apart
     counts = {}
     for mode in ("runs", "tool-batch"):
         session = create_session(owner=owner, checkpoint=mode)
@@ -271,13 +272,9 @@ def test_mode_runs_writes_the_run_once_at_its_end(owner):
             messages=[{"role": "user", "content": "write a.txt x\nsay between\nappend a.txt y"}],
             defer_enqueue=True,
         )
-        with CaptureQueriesContext(connection) as ctx:
+        with all_queries() as queries:
             run_agent(run.id)
-        inserts = [
-            q["sql"]
-            for q in ctx.captured_queries
-            if q["sql"].startswith('INSERT INTO "sessions_app_part"')
-        ]
+        inserts = [sql for sql in queries if sql.startswith('INSERT INTO "sessions_app_part"')]
         counts[mode] = len(inserts)
         assert Part.objects.filter(session=session, type="tool").count() == 2
     # The user's message at start-up, then one write of everything at the end.

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -46,10 +47,34 @@ StreamEvent = TextDelta | ReasoningDelta | ToolCall | StructuredOutput | Finish
 class Provider(Protocol):
     name: str
 
+    def astream(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        should_abort: Callable[[], bool],
+    ) -> AsyncIterator[StreamEvent]: ...
+
+
+class SyncStream:
+    """``stream()``: the provider's ``astream`` driven to the end from blocking code (tests,
+    scripts), on an event loop of its own."""
+
     def stream(
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         *,
         should_abort: Callable[[], bool],
-    ) -> Iterator[StreamEvent]: ...
+    ) -> Iterator[StreamEvent]:
+        events = self.astream(messages, tools, should_abort=should_abort)  # type: ignore[attr-defined]
+        loop = asyncio.new_event_loop()
+        try:
+            while True:
+                try:
+                    yield loop.run_until_complete(events.__anext__())
+                except StopAsyncIteration:
+                    return
+        finally:
+            loop.run_until_complete(events.aclose())
+            loop.close()

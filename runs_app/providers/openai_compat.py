@@ -4,34 +4,45 @@ streamed through the official SDK, with tool calls assembled from their chunks."
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import openai
 from django.conf import settings
 
-from .base import Finish, ProviderError, ReasoningDelta, StreamEvent, TextDelta, ToolCall
+from .base import (
+    Finish,
+    ProviderError,
+    ReasoningDelta,
+    StreamEvent,
+    SyncStream,
+    TextDelta,
+    ToolCall,
+)
 
 
-class OpenAIProvider:
+class OpenAIProvider(SyncStream):
     name = "openai"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None):
         self.model = model
-        self.client = openai.OpenAI(
+        self.client = openai.AsyncOpenAI(
             base_url=base_url or settings.OPENAI_BASE_URL,
             api_key=api_key or settings.OPENAI_API_KEY,
             max_retries=0,
             timeout=120,
         )
 
-    def stream(
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def astream(
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         *,
         should_abort: Callable[[], bool],
-    ) -> Iterator[StreamEvent]:
+    ) -> AsyncIterator[StreamEvent]:
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
         if tools:
             kwargs["tools"] = tools
@@ -39,9 +50,9 @@ class OpenAIProvider:
         usage: dict[str, int] = {}
         reason: str | None = None
         try:
-            stream = self.client.chat.completions.create(**kwargs)
-            with stream:
-                for chunk in stream:
+            stream = await self.client.chat.completions.create(**kwargs)
+            async with stream:
+                async for chunk in stream:
                     if should_abort():
                         return
                     if getattr(chunk, "usage", None):

@@ -8,9 +8,9 @@ tools it first says ``done``.
 
 from __future__ import annotations
 
+import asyncio
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from .base import (
     ReasoningDelta,
     StreamEvent,
     StructuredOutput,
+    SyncStream,
     TextDelta,
     ToolCall,
 )
@@ -91,19 +92,19 @@ def _content_text(content: Any) -> str:
     return ""
 
 
-class ScriptedProvider:
+class ScriptedProvider(SyncStream):
     name = "scripted"
 
     def __init__(self, model: str = "scripted") -> None:
         self.model = model
 
-    def stream(
+    async def astream(
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         *,
         should_abort: Callable[[], bool],
-    ) -> Iterator[StreamEvent]:
+    ) -> AsyncIterator[StreamEvent]:
         last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
         if last_user is None:
             yield Finish()
@@ -114,7 +115,8 @@ class ScriptedProvider:
         segments = parse(script)
         if segments is None:
             if rounds == 0 and not any(m["role"] == "assistant" for m in after):
-                yield from self._words(f"You said: {script.strip()}", 0, should_abort)
+                async for delta in self._words(f"You said: {script.strip()}", 0, should_abort):
+                    yield delta
             yield Finish(usage={"output_tokens": len(script.split()) + 2})
             return
 
@@ -127,7 +129,8 @@ class ScriptedProvider:
         if rounds >= len(segments):
             previous = next((m for m in reversed(after) if m["role"] == "assistant"), None)
             if previous is not None and previous.get("tool_calls"):
-                yield from self._words("done", pace, should_abort)
+                async for delta in self._words("done", pace, should_abort):
+                    yield delta
                 emitted = 1
             yield Finish(usage={"output_tokens": emitted})
             return
@@ -139,10 +142,11 @@ class ScriptedProvider:
             if word == "pace":
                 pace = _pace(rest, pace)
             elif word == "say":
-                yield from self._words(rest, pace, should_abort)
+                async for delta in self._words(rest, pace, should_abort):
+                    yield delta
                 emitted += len(rest.split())
             elif word == "think":
-                for delta in self._words(rest, pace, should_abort):
+                async for delta in self._words(rest, pace, should_abort):
                     yield ReasoningDelta(delta.text)
             elif word == "fail":
                 raise ProviderError(rest.strip() or "Scripted failure.")
@@ -161,15 +165,15 @@ class ScriptedProvider:
             )
         yield Finish(usage={"output_tokens": emitted + len(segment.tools)})
 
-    def _words(
+    async def _words(
         self, text: str, pace_ms: float, should_abort: Callable[[], bool]
-    ) -> Iterator[TextDelta]:
+    ) -> AsyncIterator[TextDelta]:
         words = text.split(" ")
         for i, word in enumerate(words):
             if should_abort():
                 return
             if i and pace_ms > 0:
-                time.sleep(pace_ms / 1000.0)
+                await asyncio.sleep(pace_ms / 1000.0)
             yield TextDelta(word if i == 0 else " " + word)
 
 

@@ -87,6 +87,19 @@ def renew(session_id: str, run_id: str) -> bool:
     )
 
 
+def renew_many(held: list[tuple[str, str]]) -> set[str]:
+    """Extend the leases of many runs at once, ``held`` being (session id, run id) pairs:
+    one UPDATE and one SELECT whatever their number. Returns the run ids that still hold
+    their session; the others lost it (taken over) and must stop."""
+    if not held:
+        return set()
+    sessions = [s for s, _ in held]
+    runs = [r for _, r in held]
+    mine = Session.objects.filter(id__in=sessions, busy_run_id__in=runs)
+    mine.update(lease_expires_at=_lease_end())
+    return set(mine.values_list("busy_run_id", flat=True))
+
+
 def hand_over(session_id: str, run_id: str, next_run_id: str | None) -> bool:
     """Release ``run_id``'s lock, to ``next_run_id`` when one waits. Call in a transaction
     that holds the session row (``select_for_update``), so an enqueue cannot slip between

@@ -103,8 +103,12 @@ class Processes:
                 "worker",
                 "-l",
                 "warning",
+                # One process; its run host carries every run (the pool's threads only hand
+                # runs over to it).
+                "--pool",
+                "threads",
                 "-c",
-                "2",
+                "4",
                 "--prefetch-multiplier",
                 "1",
                 "-n",

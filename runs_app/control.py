@@ -1,0 +1,32 @@
+"""What a running loop and the host that carries it share: the run's stop signals, and the
+host's way of running what blocks."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass
+class RunControl:
+    """What the host's keeper and the abort bus tell a running run: stop (``abort``), or stop
+    without writing another row (``lost``: its lease is gone). ``threading.Event``s, because
+    tools running in threads read them too."""
+
+    run_id: str
+    session_id: str
+    abort: threading.Event
+    lost: threading.Event = field(default_factory=threading.Event)
+
+    def stopped(self) -> bool:
+        return self.abort.is_set() or self.lost.is_set()
+
+
+class RunHostLike(Protocol):
+    async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
+
+    async def in_tool_thread(self, fn: Callable[..., T], *args: Any) -> T: ...

@@ -1,0 +1,257 @@
+"""The run host: every live run of a process, as an asyncio task on one event loop.
+
+An agent run spends nearly all its time waiting — for the model's next token, for a tool,
+for a human — so a run is a coroutine, not a process or a thread: one process carries
+hundreds. What a run does that blocks (database statements, git, file tools) goes to a small
+pool of threads (``RUN_DB_THREADS``, each with its own database connection, so a process
+holds that many connections whatever the number of runs); the model's stream, the waits,
+the events and the abort checks stay on the loop.
+
+One **keeper** task serves every run of the process: it renews all their leases in one
+statement every third of a lease, and reads the abort flags of all of them in one query every
+``RUN_ABORT_POLL_SECONDS`` (aborts also arrive at once through the abort bus). A renewal that
+fails — the lock taken over, or the database away — stops the run it concerns, so no session
+ever has two writers.
+
+Events of the runs are published from this loop (the publisher is bound to it in a worker),
+so a token costs no thread hop on its way out.
+
+``submit`` is thread-safe: the Celery task (services mode) and the in-process executor
+(embedded mode, tests) hand runs to the host with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connection
+
+from sessions_app.logs import log_context
+from sessions_app.services import lock
+
+from . import lifecycle, runtime
+from .control import RunControl
+from .engine import AgentLoop
+from .models import Run
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+IDLE_CLOSE_SECONDS = 10.0
+
+
+class RunHost:
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._pid = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._thread_id = 0
+        self.db: concurrent.futures.ThreadPoolExecutor | None = None
+        self.tools: concurrent.futures.ThreadPoolExecutor | None = None
+        self.runs: dict[str, RunControl] = {}
+        self._room: asyncio.Semaphore | None = None
+
+    # -- start-up (once per process; a forked child starts its own) ------------------------
+    def ensure(self) -> asyncio.AbstractEventLoop:
+        with self._guard:
+            if self.loop is not None and self._pid == os.getpid() and not self.loop.is_closed():
+                return self.loop
+            self._pid = os.getpid()
+            self.runs = {}
+            self.db = concurrent.futures.ThreadPoolExecutor(
+                max_workers=settings.RUN_DB_THREADS, thread_name_prefix="run-db"
+            )
+            self.tools = concurrent.futures.ThreadPoolExecutor(
+                max_workers=settings.RUN_TOOL_THREADS, thread_name_prefix="run-tool"
+            )
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def serve() -> None:
+                asyncio.set_event_loop(loop)
+                self._thread_id = threading.get_ident()
+                self._room = asyncio.Semaphore(settings.RUN_HOST_CAPACITY)
+                loop.create_task(self._keeper())
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            threading.Thread(target=serve, name="run-host", daemon=True).start()
+            ready.wait(10)
+            self.loop = loop
+            runtime.host_started(loop)
+            return loop
+
+    def on_loop(self) -> bool:
+        return threading.get_ident() == self._thread_id
+
+    # -- handing runs over ---------------------------------------------------------------------
+    def submit(self, run_id: str) -> concurrent.futures.Future:
+        """Run ``run_id`` here. The future resolves to ``begun`` (the run went pending →
+        running, or there was nothing to do) once ``lifecycle.begin`` has decided, and carries
+        a ``finished`` future that resolves when the run ends."""
+        loop = self.ensure()
+        begun: concurrent.futures.Future = concurrent.futures.Future()
+        begun.finished = concurrent.futures.Future()  # type: ignore[attr-defined]
+        loop.call_soon_threadsafe(lambda: loop.create_task(self._host(run_id, begun)))
+        return begun
+
+    def run_to_end(self, run_id: str, timeout: float | None = None) -> bool:
+        """Run ``run_id`` here and wait for its end (what ``run_agent`` is for
+        callers that block). False when another worker's live lease still holds it."""
+        begun = self.submit(run_id)
+        retry = begun.result(timeout)
+        begun.finished.result(timeout)  # type: ignore[attr-defined]
+        return not retry
+
+    async def _host(self, run_id: str, begun: concurrent.futures.Future) -> None:
+        finished = begun.finished  # type: ignore[attr-defined]
+        assert self._room is not None
+        try:
+            async with self._room:  # at most RUN_HOST_CAPACITY live runs in this process
+                started = await self.blocking(lifecycle.begin, run_id)
+                _resolve(begun, started.retry)
+                if started.retry:
+                    self._retry_later(run_id)
+                    return
+                if started.run is None:
+                    return
+                run = started.run
+                control = RunControl(run.id, run.session_id, runtime.abort_bus().register(run.id))
+                self.runs[run.id] = control
+                try:
+                    with log_context(run_id=run.id, session_id=run.session_id):
+                        await AgentLoop(run, host=self, control=control).execute()
+                finally:
+                    self.runs.pop(run.id, None)
+                    runtime.abort_bus().unregister(run.id)
+        except BaseException as exc:  # a run that crashed must not take the host with it
+            log.exception("run %s crashed in the host", run_id)
+            _resolve(begun, False, exc)
+        finally:
+            _resolve(finished, None)
+
+    def _retry_later(self, run_id: str) -> None:
+        """The session is still held by another worker's lease: try again once it may have
+        expired (a dead worker's); the lease sweep would find it too."""
+        assert self.loop is not None
+        delay = max(1.0, settings.RUN_LEASE_SECONDS / 2)
+        self.loop.call_later(delay, lambda: self.submit(run_id))
+
+    # -- what blocks ---------------------------------------------------------------------------
+    async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in a database thread. A connection that broke is closed
+        there, so the thread's next call opens a new one."""
+        assert self.loop is not None and self.db is not None
+        return await self.loop.run_in_executor(
+            self.db, functools.partial(_in_db_thread, fn, args, kwargs)
+        )
+
+    async def in_tool_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        assert self.loop is not None and self.tools is not None
+        return await self.loop.run_in_executor(
+            self.tools, functools.partial(_in_db_thread, fn, args, {})
+        )
+
+    def close_connections(self) -> None:
+        """Close the database connection of every database thread (an idle host; the end of
+        a test session, whose database is then dropped). Blocks; not for the loop."""
+        if self.db is None:
+            return
+        count = settings.RUN_DB_THREADS
+        barrier = threading.Barrier(count)
+
+        def close() -> None:
+            # Each thread takes one of these (the barrier holds it until all have), so every
+            # thread's own connection is closed.
+            try:
+                barrier.wait(timeout=5)
+            except threading.BrokenBarrierError:
+                pass
+            connection.close()
+
+        concurrent.futures.wait([self.db.submit(close) for _ in range(count)], timeout=15)
+
+    # -- the keeper ----------------------------------------------------------------------------
+    async def _keeper(self) -> None:
+        last_renew = last_poll = idle_since = time.monotonic()
+        closed = True
+        while True:
+            renew_every = max(0.2, settings.RUN_LEASE_SECONDS / 3)
+            poll_every = settings.RUN_ABORT_POLL_SECONDS
+            await asyncio.sleep(min(0.1, poll_every, renew_every))
+            if not self.runs:
+                last_renew = last_poll = now = time.monotonic()
+                if not closed and now - idle_since > IDLE_CLOSE_SECONDS:
+                    # Nothing runs here: give the database its connections back.
+                    closed = True
+                    await asyncio.get_running_loop().run_in_executor(None, self.close_connections)
+                continue
+            idle_since, closed = time.monotonic(), False
+            now = time.monotonic()
+            live = dict(self.runs)
+            if now - last_renew >= renew_every:
+                last_renew = now
+                try:
+                    held = await self.blocking(
+                        lock.renew_many, [(c.session_id, c.run_id) for c in live.values()]
+                    )
+                except Exception:
+                    # Unrenewed leases expire and another worker may take the sessions: stop.
+                    log.exception("lease renewal failed: the runs of this process stop")
+                    held = set()
+                for run_id, control in live.items():
+                    if run_id not in held:
+                        control.lost.set()
+            if now - last_poll >= poll_every:
+                last_poll = now
+                try:
+                    aborted = await self.blocking(_aborted, list(live))
+                except Exception:
+                    log.warning("abort poll failed", exc_info=True)
+                    aborted = []
+                for run_id in aborted:
+                    if run_id in live:
+                        live[run_id].abort.set()
+
+
+def _aborted(run_ids: list[str]) -> list[str]:
+    return list(
+        Run.objects.filter(id__in=run_ids, abort_requested=True).values_list("id", flat=True)
+    )
+
+
+def _in_db_thread(fn: Callable[..., T], args: tuple, kwargs: dict) -> T:
+    try:
+        return fn(*args, **kwargs)
+    except DatabaseError:
+        # The connection may be broken (a restart, a killed backend): open a new one next.
+        close_old_connections()
+        connection.close()
+        raise
+
+
+def _resolve(future: concurrent.futures.Future, value: Any, exc: BaseException | None = None):
+    if future.done():
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(value)
+
+
+host = RunHost()
+
+
+def run_agent(run_id: str) -> bool:
+    """Run (or resume) one run to its end on this process's host and wait for it (see
+    ``lifecycle.begin`` for why delivering it twice is safe). Returns False when the session
+    is still held by another worker's live lease and the delivery should be retried later."""
+    return host.run_to_end(run_id)
