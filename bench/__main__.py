@@ -42,7 +42,7 @@ def _table(title: str, header: list[str], rows: list[list[str]], note: str = "")
 
 
 def report_streaming(r: dict[str, Any]) -> str:
-    fl, one, many = r["floor"], r["one"], r["many"]
+    fl = r["floor"]
     rows = [
         [
             "floor: Redis PUBLISH -> subscriber (loopback)",
@@ -50,39 +50,82 @@ def report_streaming(r: dict[str, Any]) -> str:
             _f(fl["p99_ms"], 2),
             "-",
             "-",
-            "1.0x / 1.0x",
+            "-",
+            "-",
+            "-",
             "-",
         ],
     ]
-    for label, s, k in (("1 session", one, "one"), (f"{many['sessions']} sessions", many, "many")):
+    labels = (
+        ("one", "host worker (1 process)"),
+        ("fifty", "host worker (1 process)"),
+        ("many", "host worker (1 process)"),
+        ("old_fifty", f"old worker (prefork -c {r.get('old_fifty', {}).get('sessions', '?')})"),
+    )
+    for key, worker in labels:
+        s = r.get(key)
+        if not s:
+            continue
         rows.append(
             [
-                f"{label} x {1000 / r['pace_ms']:.0f} tok/s "
-                f"(target {s['target_tokens_per_s']:,.0f})",
+                f"{s['sessions']} x {1000 / s['pace_ms']:.0f} tok/s, {worker}",
                 _f(s["p50_ms"]),
                 _f(s["p99_ms"]),
-                _f(s["produced_tokens_per_s"]),
-                _f(s["delivered_tokens_per_s"]),
-                f"{_f(r['ratio_p50_' + k], 0)}x / {_f(r['ratio_p99_' + k], 0)}x",
+                f"{_f(s['produced_tokens_per_s'], 0)} / {_f(s['target_tokens_per_s'], 0)} "
+                f"({_f(100 * s['produced_share'], 1)}%)",
                 f"{s['delivered']}/{s['emitted']}",
+                _f(s["worker_cpu_us_per_token"], 0),
+                _f(s["daphne_cpu_us_per_token"], 0),
+                _f(s["worker_peak_rss_mib"], 0),
+                f"{_f(ratio_of(s['p99_ms'], fl['p99_ms']), 0)}x",
             ]
         )
-    return _table(
-        "Streaming latency: token emitted in the worker -> received by a websocket client "
-        "(services mode)",
-        [
-            "",
-            "p50 ms",
-            "p99 ms",
-            "produced tok/s",
-            "delivered tok/s",
-            "ratio to floor p50/p99",
-            "delivered/emitted",
-        ],
-        rows,
-        f"frames of STREAM_FRAME_MS={_f(r['frame_ms'], 0)} ms; worker: {r['worker']['pool']} "
-        f"-c {r['worker']['concurrency']}; database: {r.get('database', '?')}",
-    )
+    out = [
+        _table(
+            "Streaming: token emitted in the worker -> received by a websocket client "
+            "(services mode, one Daphne, one worker process)",
+            [
+                "",
+                "p50 ms",
+                "p99 ms",
+                "produced tok/s (of asked)",
+                "delivered/emitted",
+                "worker µs/token",
+                "Daphne µs/token",
+                "worker RSS MiB",
+                "p99 / floor",
+            ],
+            rows,
+            f"frames of STREAM_FRAME_MS={_f(r['frame_ms'], 0)} ms; host worker: "
+            f"{r.get('worker', {}).get('command', '?')}; old worker: commit "
+            f"{r.get('old_worker', {}).get('commit', '-')[:10]}; database: "
+            f"{r.get('database', '?')}",
+        )
+    ]
+    if "rss_mib_per_added_run" in r:
+        out.append(
+            f"  worker memory per added live run (RSS at {r['many']['sessions']} vs at "
+            f"{r['fifty']['sessions']} runs, divided): {_f(r['rss_mib_per_added_run'], 3)} MiB"
+        )
+    if "old_vs_new" in r:
+        o = r["old_vs_new"]
+        out.append(
+            f"  host vs old worker at {r['fifty']['sessions']} sessions: produced "
+            f"{_f(o['produced'], 2)}x, p99 {_f(o['p99'], 1)}x lower, worker CPU per token "
+            f"{_f(o['worker_cpu_per_token'], 1)}x less, worker RSS {_f(o['worker_rss'], 1)}x less"
+        )
+    if r.get("profile"):
+        total, *top = r["profile"]
+        out.append(
+            f"  where the host loop's time goes (cProfile, 50 sessions, own time per token; "
+            f"{_f(total['total_us_per_token'], 0)} µs in all, profiler overhead included):"
+        )
+        out += [f"    {_f(t['us_per_token'], 1):>7} µs  {t['function']}" for t in top]
+    return "\n".join(out)
+
+
+def ratio_of(a: float, b: float) -> float:
+    return a / b if b else float("nan")
 
 
 def report_checkpoint(r: dict[str, Any]) -> str:
@@ -225,10 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         help="concurrent sessions of the streaming benchmark (default 50)",
     )
     parser.add_argument(
-        "--pool",
-        default="prefork",
-        choices=("prefork", "threads"),
-        help="Celery pool of the streaming worker (default prefork)",
+        "--no-old",
+        action="store_true",
+        help="streaming: skip the old worker (prefork, one process per run) side by side",
     )
     parser.add_argument(
         "--clients",
@@ -283,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
             print("bench: streaming ...", flush=True)
             from . import streaming
 
-            r = streaming.run(env, quick=args.quick, sessions=args.sessions, pool=args.pool)
+            r = streaming.run(env, quick=args.quick, sessions=args.sessions, old=not args.no_old)
             r["database"] = database
             results["streaming"] = r
             printed.append(report_streaming(r))

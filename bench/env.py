@@ -127,11 +127,11 @@ class Env:
         env.update(extra)
         return env
 
-    def spawn(self, name: str, args: list[str], **extra: str) -> Proc:
+    def spawn(self, name: str, args: list[str], *, cwd: Path | None = None, **extra: str) -> Proc:
         log = self.workdir / f"{name}.log"
         popen = subprocess.Popen(
             args,
-            cwd=ROOT,
+            cwd=cwd or ROOT,
             env=self.child_env(**extra),
             stdout=log.open("ab"),
             stderr=subprocess.STDOUT,
@@ -166,7 +166,13 @@ class Env:
         return proc, port
 
     def worker(
-        self, concurrency: int, *, app: str = "config", pool: str = "prefork", **extra: str
+        self,
+        concurrency: int,
+        *,
+        app: str = "config",
+        pool: str = "prefork",
+        cwd: Path | None = None,
+        **extra: str,
     ) -> Proc:
         name = f"worker-{concurrency}-{time.monotonic_ns()}"
         args = [
@@ -188,7 +194,9 @@ class Env:
             "--without-mingle",
             "--without-heartbeat",
         ]
-        return self.spawn(name, args, **extra)
+        if cwd is not None:
+            extra.setdefault("PYTHONPATH", str(cwd))
+        return self.spawn(name, args, cwd=cwd, **extra)
 
     def stop_all(self) -> None:
         for proc in reversed(self.procs):
@@ -286,3 +294,21 @@ def children(pid: int) -> list[int]:
 def tree_rss_mib(pid: int) -> tuple[float, list[float]]:
     """RSS of ``pid`` and of each of its children (a Celery prefork pool)."""
     return rss_mib(pid), [rss_mib(c) for c in sorted(children(pid))]
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its children (a prefork pool) so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for each in [pid, *children(pid)]:
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def tree_total_rss_mib(pid: int) -> float:
+    parent, kids = tree_rss_mib(pid)
+    return parent + sum(kids)

@@ -1,10 +1,24 @@
-"""Streaming latency: a token emitted by the model in a Celery worker → a websocket client.
+"""Streaming: a token emitted by the model in a worker → a websocket client, with many live runs.
 
 Services mode, real processes: Daphne and a Celery worker started as subprocesses
 (``bench.worker``: the project's app with a probe that notes when the engine hands each delta
 to the publisher). The clients live in this process and note when each frame arrives; a frame
 carries several deltas of one part from ``offset`` on, so every delta it covers gets its own
 latency ``received - emitted``. Both clocks are this machine's ``time.time()``.
+
+Scenarios (one Daphne, one worker process):
+
+* 1 session × 50 tok/s, 50 sessions × 50 tok/s and 500 sessions × 10 tok/s, on the current
+  worker: one process whose run host carries every run (``--pool threads -c 4``);
+* 50 sessions × 50 tok/s on the **old worker**, side by side in the same run: the commit
+  before the run host, checked out in a git worktree, one prefork process per live run
+  (``-c 50``), against the same database and Redis.
+
+Per scenario: latency p50/p99 (emit → browser), produced tokens/s (each session's tokens over
+its own streaming time, summed: does the worker keep the pace it was asked for?), delivered =
+emitted − lost, CPU µs per token in the worker and in Daphne (from /proc, no profiler on),
+and the worker's peak RSS. Then a profiled repeat of the 50-session scenario gives where the
+worker's remaining per-token time goes (cProfile on the host's loop thread).
 
 The floor: one Redis PUBLISH → subscriber round trip on loopback, measured in the same run.
 """
@@ -14,15 +28,20 @@ from __future__ import annotations
 import asyncio
 import bisect
 import json
+import pstats
+import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from .env import REDIS_URL, VENV_BIN, Env
+from .env import REDIS_URL, ROOT, VENV_BIN, Env, cpu_seconds, tree_total_rss_mib
 from .stats import percentile, ratio
 
-PACE_MS = 20  # 50 tokens/s per session
 TERMINAL = {"completed", "error", "cancelled", "paused"}
+# The last commit whose worker ran one run per prefork process (before runs_app/host.py).
+OLD_WORKER_COMMIT = "182882712a4c968a754c62745dde189de5378c25"
+OLD_WORKER_DIR = ROOT / "bench" / ".old-worker"
 
 
 # -- the floor ------------------------------------------------------------------------------
@@ -74,12 +93,11 @@ class Client:
         self.frames: list[tuple[float, str, int, int]] = []  # received, part, offset, length
         self.subscribed = asyncio.Event()
         self.done = asyncio.Event()
-        self.other_events = 0
 
     async def run(self) -> None:
         from websockets.asyncio.client import connect
 
-        async with connect(self.url, max_size=None, ping_interval=None) as ws:
+        async with connect(self.url, max_size=None, ping_interval=None, open_timeout=60) as ws:
             async for raw in ws:
                 received = time.time()
                 event = json.loads(raw)
@@ -93,8 +111,6 @@ class Client:
                 elif kind == "run.updated" and event["run"]["status"] in TERMINAL:
                     self.done.set()
                     return
-                else:
-                    self.other_events += 1
 
 
 def read_emits(emit_dir: Path, since: float) -> list[tuple[float, str, int, int]]:
@@ -133,13 +149,58 @@ def latencies(
     return out, lost
 
 
+def produced_rate(emits: list[tuple[float, str, int, int]]) -> float:
+    """Each part's (session's) tokens over its own streaming time, summed: the rate the worker
+    sustained while the runs streamed, whatever the spread of their start times."""
+    by_part: dict[str, list[float]] = {}
+    for t, part, _off, _n in emits:
+        by_part.setdefault(part, []).append(t)
+    total = 0.0
+    for times in by_part.values():
+        if len(times) > 1:
+            total += (len(times) - 1) / (max(times) - min(times))
+    return total
+
+
+def _script(tokens: int, pace_ms: int) -> str:
+    return f"pace {pace_ms}\nsay " + " ".join(f"t{i}" for i in range(tokens))
+
+
+class Peak:
+    """The peak of the worker's RSS (its whole process tree) while a scenario runs."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.mib, self._stop = pid, 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.wait(0.25):
+            try:
+                self.mib = max(self.mib, tree_total_rss_mib(self.pid))
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+
+    def __enter__(self) -> Peak:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 # -- one scenario ---------------------------------------------------------------------------
-def _script(tokens: int) -> str:
-    return f"pace {PACE_MS}\nsay " + " ".join(f"t{i}" for i in range(tokens))
-
-
 async def scenario(
-    *, port: int, token: str, sessions: list[Any], user: Any, tokens: int, emit_dir: Path
+    *,
+    port: int,
+    token: str,
+    sessions: list[Any],
+    user: Any,
+    tokens: int,
+    pace_ms: int,
+    emit_dir: Path,
+    worker_pid: int,
+    daphne_pid: int,
 ) -> dict[str, Any]:
     from django.db import close_old_connections
 
@@ -147,37 +208,39 @@ async def scenario(
 
     clients = [Client(f"ws://127.0.0.1:{port}/ws/sessions/{s.id}/?token={token}") for s in sessions]
     tasks = [asyncio.create_task(c.run()) for c in clients]
-    await asyncio.wait_for(asyncio.gather(*(c.subscribed.wait() for c in clients)), 60)
-    await asyncio.sleep(0.3)
-    script = _script(tokens)
+    await asyncio.wait_for(asyncio.gather(*(c.subscribed.wait() for c in clients)), 120)
+    await asyncio.sleep(0.5)
+    script = _script(tokens, pace_ms)
 
     def start_all() -> None:
         for s in sessions:
             start_run(session=s, user=user, messages=[{"role": "user", "content": script}])
         close_old_connections()
 
+    cpu_worker, cpu_daphne = cpu_seconds(worker_pid), cpu_seconds(daphne_pid)
     since = time.time()
-    await asyncio.to_thread(start_all)
-    started = time.time() - since
-    timeout = tokens * PACE_MS / 1000.0 * 3 + 60
-    await asyncio.wait_for(asyncio.gather(*(c.done.wait() for c in clients)), timeout)
+    with Peak(worker_pid) as peak:
+        await asyncio.to_thread(start_all)
+        started = time.time() - since
+        timeout = tokens * pace_ms / 1000.0 * 3 + 120
+        await asyncio.wait_for(asyncio.gather(*(c.done.wait() for c in clients)), timeout)
+    cpu_worker = cpu_seconds(worker_pid) - cpu_worker
+    cpu_daphne = cpu_seconds(daphne_pid) - cpu_daphne
     for task in tasks:
         await task
     await asyncio.sleep(0.6)  # the probe writes its notes every 100 ms
     emits = read_emits(emit_dir, since)
     frames = [f for c in clients for f in c.frames]
     lat, lost = latencies(emits, frames)
-    emit_times = [e[0] for e in emits]
     recv_times = [f[0] for f in frames]
     delivered_tokens = len(emits) - lost
-    produced_rate = len(emits) / (max(emit_times) - min(emit_times)) if len(emit_times) > 1 else 0.0
-    delivered_rate = (
-        delivered_tokens / (max(recv_times) - min(recv_times)) if len(recv_times) > 1 else 0.0
-    )
+    asked = len(sessions) * 1000.0 / pace_ms
+    produced = produced_rate(emits)
     return {
         "sessions": len(sessions),
         "tokens_per_session": tokens,
-        "target_tokens_per_s": len(sessions) * 1000.0 / PACE_MS,
+        "pace_ms": pace_ms,
+        "target_tokens_per_s": asked,
         "emitted": len(emits),
         "delivered": delivered_tokens,
         "lost": lost,
@@ -186,9 +249,16 @@ async def scenario(
         "p90_ms": percentile(lat, 90),
         "p99_ms": percentile(lat, 99),
         "max_ms": max(lat) if lat else float("nan"),
-        "produced_tokens_per_s": produced_rate,
-        "delivered_tokens_per_s": delivered_rate,
+        "produced_tokens_per_s": produced,
+        "produced_share": produced / asked if asked else float("nan"),
+        "delivered_tokens_per_s": (
+            delivered_tokens / (max(recv_times) - min(recv_times)) if len(recv_times) > 1 else 0.0
+        ),
         "enqueue_seconds": started,
+        "worker_cpu_us_per_token": cpu_worker / max(1, len(emits)) * 1e6,
+        "daphne_cpu_us_per_token": cpu_daphne / max(1, len(emits)) * 1e6,
+        "worker_cpu_share": cpu_worker / max(1e-9, time.time() - since),
+        "worker_peak_rss_mib": peak.mib,
     }
 
 
@@ -204,7 +274,62 @@ def _wait_runs(run_ids: list[str], timeout: float) -> None:
     raise RuntimeError(f"warm-up runs did not finish in {timeout}s")
 
 
-def run(env: Env, *, quick: bool, sessions: int, pool: str) -> dict[str, Any]:
+def _old_worker_tree() -> Path:
+    """The old worker's code, checked out once beside the project (git worktree)."""
+    head = OLD_WORKER_DIR / ".git"
+    if head.exists():
+        current = subprocess.run(
+            ["git", "-C", str(OLD_WORKER_DIR), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        if current == OLD_WORKER_COMMIT:
+            return OLD_WORKER_DIR
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(OLD_WORKER_DIR)],
+            check=False,
+        )
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], check=False)
+    subprocess.run(
+        [
+            "git",
+            "-C",
+            str(ROOT),
+            "worktree",
+            "add",
+            "--detach",
+            "--force",
+            str(OLD_WORKER_DIR),
+            OLD_WORKER_COMMIT,
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return OLD_WORKER_DIR
+
+
+def _profile(profile_dir: Path, order: str, timeout: float = 10.0) -> None:
+    (profile_dir / "cmd").write_text(order)
+    deadline = time.monotonic() + timeout
+    while (profile_dir / "cmd").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _top_functions(path: Path, tokens: int, limit: int = 12) -> list[dict[str, Any]]:
+    """The host loop's own time per function, in µs per token (cProfile's tottime)."""
+    stats = pstats.Stats(str(path))
+    rows = []
+    for (filename, line, name), (_cc, _nc, tottime, _cum, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+        short = filename.replace(str(ROOT) + "/", "")
+        if "site-packages/" in short:
+            short = short.split("site-packages/", 1)[1]
+        rows.append({"function": f"{short}:{line}({name})", "us_per_token": tottime / tokens * 1e6})
+    rows.sort(key=lambda r: -r["us_per_token"])
+    total = sum(r["us_per_token"] for r in rows)
+    return [{"total_us_per_token": total}, *rows[:limit]]
+
+
+def run(env: Env, *, quick: bool, sessions: int = 50, old: bool = True) -> dict[str, Any]:
     from django.contrib.auth.models import User
     from django.db import close_old_connections
     from rest_framework.authtoken.models import Token
@@ -214,61 +339,122 @@ def run(env: Env, *, quick: bool, sessions: int, pool: str) -> dict[str, Any]:
 
     emit_dir = env.workdir / "emit"
     emit_dir.mkdir(exist_ok=True)
-    daphne, port = env.daphne()
-    worker = env.worker(sessions, app="bench.worker", pool=pool, BENCH_EMIT_DIR=str(emit_dir))
-    try:
-        user = User.objects.create_user("bench-stream", password="x")
-        token = Token.objects.create(user=user).key
-        many = [create_session(owner=user, title=f"stream {i}") for i in range(sessions)]
-        # Warm-up: every pool child imports the engine and runs once; discarded.
-        warm = [
-            start_run(session=s, user=user, messages=[{"role": "user", "content": _script(10)}])
-            for s in many
+    profile_dir = env.workdir / "profile"
+    profile_dir.mkdir(exist_ok=True)
+    many_count = 200 if quick else 500
+    user = User.objects.create_user("bench-stream", password="x")
+    token = Token.objects.create(user=user).key
+    pool = [create_session(owner=user, title=f"stream {i}") for i in range(many_count)]
+    floor = asyncio.run(redis_floor(1000 if quick else 3000))
+    results: dict[str, Any] = {"floor": floor, "frame_ms": _frame_ms()}
+
+    def measure(worker: Any, daphne: Any, port: int, label: str, count: int, pace: int) -> None:
+        tokens = (250 if pace <= 20 else 100) if quick else (500 if pace <= 20 else 200)
+        close_old_connections()
+        results[label] = asyncio.run(
+            scenario(
+                port=port,
+                token=token,
+                sessions=pool[:count],
+                user=user,
+                tokens=tokens,
+                pace_ms=pace,
+                emit_dir=emit_dir,
+                worker_pid=worker.pid,
+                daphne_pid=daphne.pid,
+            )
+        )
+        print(f"bench: streaming {label}: {_brief(results[label])}", flush=True)
+
+    def warm(count: int) -> None:
+        # Every session streams once before the measured runs (imports, first connections).
+        runs = [
+            start_run(session=s, user=user, messages=[{"role": "user", "content": _script(5, 5)}])
+            for s in pool[:count]
         ]
-        _wait_runs([r.id for r in warm], 180)
+        _wait_runs([r.id for r in runs], 300)
         close_old_connections()
-        tokens = 250 if quick else 500
-        floor = asyncio.run(redis_floor(1000 if quick else 3000))
-        one = asyncio.run(
-            scenario(
-                port=port,
-                token=token,
-                sessions=many[:1],
-                user=user,
-                tokens=tokens,
-                emit_dir=emit_dir,
-            )
-        )
-        fifty = asyncio.run(
-            scenario(
-                port=port,
-                token=token,
-                sessions=many,
-                user=user,
-                tokens=tokens,
-                emit_dir=emit_dir,
-            )
-        )
-        close_old_connections()
-        return {
-            "daphne_pid": daphne.pid,
-            "worker": {"pool": pool, "concurrency": sessions, "app": "bench.worker"},
-            "frame_ms": _frame_ms(),
-            "pace_ms": PACE_MS,
-            "floor": floor,
-            "one": one,
-            "many": fifty,
-            "ratio_p50_one": ratio(one["p50_ms"], floor["p50_ms"]),
-            "ratio_p99_one": ratio(one["p99_ms"], floor["p99_ms"]),
-            "ratio_p50_many": ratio(fifty["p50_ms"], floor["p50_ms"]),
-            "ratio_p99_many": ratio(fifty["p99_ms"], floor["p99_ms"]),
-            "command": f"{VENV_BIN}/celery -A bench.worker worker -c {sessions} --pool {pool} "
-            "--prefetch-multiplier 1 -l warning; "
-            "daphne -b 127.0.0.1 -p PORT config.asgi:application",
+
+    # The current worker: one process, its run host carries every run.
+    daphne, port = env.daphne()
+    worker = env.worker(
+        4,
+        app="bench.worker",
+        pool="threads",
+        BENCH_EMIT_DIR=str(emit_dir),
+        BENCH_PROFILE_DIR=str(profile_dir),
+    )
+    try:
+        warm(many_count)
+        measure(worker, daphne, port, "one", 1, 20)
+        measure(worker, daphne, port, "fifty", sessions, 20)
+        measure(worker, daphne, port, "many", many_count, 100)
+        # Where the worker's time goes: the 50-session scenario again, profiled.
+        _profile(profile_dir, "start")
+        measure(worker, daphne, port, "profiled", sessions, 20)
+        _profile(profile_dir, "stop")
+        stats = profile_dir / "host.pstats"
+        if stats.exists():
+            results["profile"] = _top_functions(stats, results["profiled"]["emitted"])
+        results["worker"] = {
+            "pool": "threads",
+            "concurrency": 4,
+            "processes": 1,
+            "command": f"{VENV_BIN}/celery -A bench.worker worker --pool threads -c 4 "
+            "--prefetch-multiplier 1",
         }
     finally:
-        daphne.stop()
         worker.stop()
+        daphne.stop()
+    # The old worker, side by side: one prefork process per live run.
+    if old:
+        tree = _old_worker_tree()
+        daphne, port = env.daphne()
+        worker = env.worker(
+            sessions, app="bench.worker", pool="prefork", cwd=tree, BENCH_EMIT_DIR=str(emit_dir)
+        )
+        try:
+            warm(sessions)
+            measure(worker, daphne, port, "old_fifty", sessions, 20)
+            results["old_worker"] = {
+                "commit": OLD_WORKER_COMMIT,
+                "pool": "prefork",
+                "concurrency": sessions,
+            }
+        finally:
+            worker.stop()
+            daphne.stop()
+    one, fifty, many = results["one"], results["fifty"], results["many"]
+    results["ratio_p99_one"] = ratio(one["p99_ms"], floor["p99_ms"])
+    results["ratio_p99_fifty"] = ratio(fifty["p99_ms"], floor["p99_ms"])
+    results["ratio_p99_many"] = ratio(many["p99_ms"], floor["p99_ms"])
+    if "fifty" in results and "many" in results:
+        extra_runs = many["sessions"] - fifty["sessions"]
+        results["rss_mib_per_added_run"] = (
+            many["worker_peak_rss_mib"] - fifty["worker_peak_rss_mib"]
+        ) / max(1, extra_runs)
+    if "old_fifty" in results:
+        old_fifty = results["old_fifty"]
+        results["old_vs_new"] = {
+            "produced": ratio(fifty["produced_tokens_per_s"], old_fifty["produced_tokens_per_s"]),
+            "p99": ratio(old_fifty["p99_ms"], fifty["p99_ms"]),
+            "worker_cpu_per_token": ratio(
+                old_fifty["worker_cpu_us_per_token"], fifty["worker_cpu_us_per_token"]
+            ),
+            "worker_rss": ratio(old_fifty["worker_peak_rss_mib"], fifty["worker_peak_rss_mib"]),
+        }
+    return results
+
+
+def _brief(r: dict[str, Any]) -> str:
+    return (
+        f"{r['sessions']} x {1000 / r['pace_ms']:.0f} tok/s: produced "
+        f"{r['produced_tokens_per_s']:,.0f}/{r['target_tokens_per_s']:,.0f} tok/s, "
+        f"delivered {r['delivered']}/{r['emitted']}, p50 {r['p50_ms']:.1f} ms, "
+        f"p99 {r['p99_ms']:.1f} ms, worker {r['worker_cpu_us_per_token']:.0f} µs/token, "
+        f"Daphne {r['daphne_cpu_us_per_token']:.0f} µs/token, "
+        f"RSS {r['worker_peak_rss_mib']:.0f} MiB"
+    )
 
 
 def _frame_ms() -> float:

@@ -66,3 +66,51 @@ def timed_publish_delta(
 
 
 events.publish_delta = timed_publish_delta
+
+
+# -- a profile of the run host's loop, on request -------------------------------------------
+# The bench writes "start" or "stop" to $BENCH_PROFILE_DIR/cmd; the loop thread's cProfile
+# starts fresh or stops and writes $BENCH_PROFILE_DIR/host.pstats. Only where the worker has a
+# run host (the current code; an older worker checked out for comparison has none).
+_PROFILE_DIR = os.environ.get("BENCH_PROFILE_DIR")
+
+
+def _profile_control(loop) -> None:  # noqa: ANN001
+    import cProfile
+
+    state: dict[str, cProfile.Profile] = {}
+    cmd = Path(_PROFILE_DIR) / "cmd"
+
+    def start() -> None:
+        state["p"] = cProfile.Profile()
+        state["p"].enable()
+
+    def stop() -> None:
+        profile = state.pop("p", None)
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(str(Path(_PROFILE_DIR) / "host.pstats"))
+
+    while True:
+        time.sleep(0.2)
+        try:
+            order = cmd.read_text().strip()
+        except FileNotFoundError:
+            continue
+        cmd.unlink(missing_ok=True)
+        loop.call_soon_threadsafe(start if order == "start" else stop)
+
+
+try:
+    from runs_app import runtime as _runtime
+except ImportError:  # pragma: no cover - an older checkout
+    _runtime = None
+
+if _PROFILE_DIR and _runtime is not None and hasattr(_runtime, "host_started"):
+    _host_started = _runtime.host_started
+
+    def _started(loop) -> None:  # noqa: ANN001
+        _host_started(loop)
+        threading.Thread(target=_profile_control, args=(loop,), daemon=True).start()
+
+    _runtime.host_started = _started

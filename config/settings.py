@@ -279,8 +279,9 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             # The pub/sub layer delivers about 4x the events per second of the core Redis
-            # layer on this machine kind (see bench/ and the measurements).
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            # layer on this machine kind (see bench/ and the measurements); ours adds
+            # group_send_many, a batch of events in one pipeline (sessions_app/events.py).
+            "BACKEND": "sessions_app.channel_layer.PipelinedPubSubChannelLayer",
             "CONFIG": {"hosts": [REDIS_URL], "prefix": "agentplat"},
         }
     }

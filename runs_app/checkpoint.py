@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from sessions_app.models import Message, Part, Session
@@ -32,6 +32,10 @@ class Checkpointer:
         if obj.pk not in self._new_ids:
             self._dirty[obj].update(fields)
 
+    def is_new(self, obj: Message | Part) -> bool:
+        """Not written yet: the next flush inserts it."""
+        return obj.pk in self._new_ids
+
     def set_head(self, message_id: str) -> None:
         self._head = message_id
 
@@ -39,12 +43,20 @@ class Checkpointer:
     def pending(self) -> bool:
         return bool(self._new_messages or self._new_parts or self._dirty or self._head)
 
-    def flush(self) -> None:
+    def flush(self, *, durable: bool = True) -> None:
+        """Write what changed since the last flush, in one transaction. ``durable=False``
+        (text streamed mid-step): the commit does not wait for the WAL to reach the disk —
+        a database crash may lose the last fraction of a second of it, as a worker crash
+        loses what was streamed since the last flush, and hundreds of streaming runs stop
+        queueing on fsyncs. Tool batches and step ends are always durable."""
         if not self.pending:
             return
         new_messages, new_parts = self._new_messages, self._new_parts
         dirty, head = self._dirty, self._head
         with transaction.atomic():
+            if not durable and connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute("SET LOCAL synchronous_commit TO OFF")
             if new_messages:
                 Message.objects.bulk_create(new_messages)
             if new_parts:
@@ -60,3 +72,27 @@ class Checkpointer:
         self._dirty = defaultdict(set)
         self._head = None
         self.writes += 1
+
+
+def write_streamed_texts(texts: list[tuple[str, str]]) -> None:
+    """The text streamed so far into parts already written, for every run of a host at once:
+    one statement, not a transaction per run. Text only grows while it streams, so a row
+    whose text is already as long (a step's own flush got there first) is left alone — the
+    order in which the two land does not matter. Not durable, like ``flush(durable=False)``."""
+    if not texts:
+        return
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            values = ", ".join(["(%s, %s)"] * len(texts))
+            cursor.execute(
+                "UPDATE sessions_app_part AS p SET text = v.text"
+                f" FROM (VALUES {values}) AS v(id, text)"
+                " WHERE p.id = v.id AND char_length(p.text) < char_length(v.text)",
+                [x for pair in texts for x in pair],
+            )
+        else:
+            cursor.executemany(
+                "UPDATE sessions_app_part SET text = %s WHERE id = %s AND length(text) < %s",
+                [(text, part_id, len(text)) for part_id, text in texts],
+            )

@@ -461,7 +461,11 @@ class AgentLoop:
                     self.mode != Session.Checkpoint.RUNS
                     and time.monotonic() - last_flush >= settings.STREAM_FLUSH_SECONDS
                 ):
-                    await self.db(self.writer.flush)
+                    if self.writer.is_new(part):
+                        await self.db(self.writer.flush, durable=False)  # the row, first
+                    else:
+                        # Written with every other run's streamed text, one statement per tick.
+                        self.host.stream_text(part)
                     last_flush = time.monotonic()
             elif isinstance(event, ToolCall):
                 calls.append(event)

@@ -39,6 +39,7 @@ from sessions_app.logs import log_context
 from sessions_app.services import lock
 
 from . import lifecycle, runtime
+from .checkpoint import write_streamed_texts
 from .control import RunControl
 from .engine import AgentLoop
 from .models import Run
@@ -58,6 +59,7 @@ class RunHost:
         self.tools: concurrent.futures.ThreadPoolExecutor | None = None
         self.runs: dict[str, RunControl] = {}
         self._room: asyncio.Semaphore | None = None
+        self._texts: dict[str, Any] = {}  # part id → a text part streaming into it
 
     # -- start-up (once per process; a forked child starts its own) ------------------------
     def ensure(self) -> asyncio.AbstractEventLoop:
@@ -80,6 +82,7 @@ class RunHost:
                 self._thread_id = threading.get_ident()
                 self._room = asyncio.Semaphore(settings.RUN_HOST_CAPACITY)
                 loop.create_task(self._keeper())
+                loop.create_task(self._text_writer())
                 loop.call_soon(ready.set)
                 loop.run_forever()
 
@@ -159,6 +162,25 @@ class RunHost:
         return await self.loop.run_in_executor(
             self.tools, functools.partial(_in_db_thread, fn, args, {})
         )
+
+    # -- streamed text ---------------------------------------------------------------------------
+    def stream_text(self, part: Any) -> None:
+        """(On the loop.) Write ``part``'s text with the next tick's batch."""
+        self._texts[part.id] = part
+
+    async def _text_writer(self) -> None:
+        """Every ``STREAM_FLUSH_SECONDS``, the text streamed into every run's parts so far, in
+        one statement (``write_streamed_texts``) instead of a transaction per run."""
+        while True:
+            await asyncio.sleep(settings.STREAM_FLUSH_SECONDS)
+            if not self._texts:
+                continue
+            batch = [(part_id, part.text) for part_id, part in self._texts.items()]
+            self._texts = {}
+            try:
+                await self.blocking(write_streamed_texts, batch)
+            except Exception:  # each step's own flush writes its text whole anyway
+                log.warning("writing the streamed text of %d parts failed", len(batch))
 
     def close_connections(self) -> None:
         """Close the database connection of every database thread (an idle host; the end of

@@ -1,17 +1,15 @@
 """``/ws/sessions/{id}/``: one group per session. Access is checked when the socket connects
-and again every ``WS_AUTH_RECHECK_SECONDS`` while it stays open: a socket outlives the
-credentials it was opened with (a deactivated or deleted user, a deleted token, a logged-out
-session, a changed password, a deleted conversation), and must stop receiving events then.
+and again every ``WS_AUTH_RECHECK_SECONDS`` while it stays open (``socket_watch``: all the
+sockets of a process at once): a socket outlives the credentials it was opened with (a
+deactivated or deleted user, a deleted token, a logged-out session, a changed password, a
+deleted conversation), and must stop receiving events then.
 
 The recheck is a poll, not a reaction to signals (STYLE: no logic in signals; users and
 tokens also change through the admin and the ORM, where no service of ours runs)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
-import random
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -24,16 +22,13 @@ from django.conf import settings
 from . import events
 from .api.guards import json_too_deep
 from .models import Session
+from .socket_watch import Credentials, watch_for_this_loop
 
 if TYPE_CHECKING:
     from django.contrib.auth.base_user import AbstractBaseUser
     from django.contrib.auth.models import AnonymousUser
 
 CLOSE_FORBIDDEN = 4403
-DEFAULT_RECHECK_SECONDS = 5.0
-MIN_RECHECK_SECONDS = 0.1
-
-log = logging.getLogger(__name__)
 
 
 @database_sync_to_async
@@ -65,7 +60,6 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     session_id: str = ""
     token: str | None = None
     session_key: str | None = None
-    recheck: asyncio.Task | None = None
 
     async def connect(self) -> None:
         self.session_id = self.scope["url_route"]["kwargs"]["session_id"]
@@ -83,7 +77,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         self.group = events.group_name(self.session_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.send_json({"type": "subscribed", "session_id": self.session_id})
-        self.recheck = asyncio.create_task(self._recheck_forever())
+        watch_for_this_loop().watch(
+            self,
+            Credentials(self.session_id, token=self.token, session_key=self.session_key),
+        )
 
     async def _allowed(self, user: AbstractBaseUser | AnonymousUser | None = None) -> bool:
         """Whether the socket's credentials still reach the session. ``user``: the one
@@ -96,28 +93,8 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             return False
         return await _may_see(user, self.session_id)
 
-    async def _recheck_forever(self) -> None:
-        interval = float(getattr(settings, "WS_AUTH_RECHECK_SECONDS", DEFAULT_RECHECK_SECONDS))
-        # 0 (or less) must not turn every socket into a loop of queries; it is not "off".
-        interval = max(interval, MIN_RECHECK_SECONDS)
-        # The first wait is spread over half an interval, so sockets opened together (a page
-        # reload, a server restart) do not query together forever after.
-        delay = interval * random.uniform(0.5, 1.0)
-        while True:
-            await asyncio.sleep(delay)
-            delay = interval
-            try:
-                allowed = await self._allowed()
-            except Exception:
-                # The database is away: keep the socket rather than close every socket of
-                # the site at once; the first recheck that reaches the database decides.
-                log.warning("websocket access recheck failed", exc_info=True)
-                continue
-            if not allowed:
-                await self._revoke()
-                return
-
-    async def _revoke(self) -> None:
+    async def revoke(self) -> None:
+        """The socket's credentials no longer reach the session (the watch found it)."""
         # Leave the group first: nothing more is sent between the close and the disconnect.
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
@@ -125,8 +102,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self.close(code=CLOSE_FORBIDDEN)
 
     async def disconnect(self, code: int) -> None:
-        if self.recheck is not None:
-            self.recheck.cancel()
+        watch_for_this_loop().forget(self)
         if self.group:
             await self.channel_layer.group_discard(self.group, self.channel_name)
             self.group = None
@@ -150,6 +126,15 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
         if isinstance(content, dict) and content.get("type") == "ping":
             await self.send_json({"type": "pong"})
+
+    async def dispatch(self, message: dict) -> None:
+        if message.get("type") == "session.event":
+            # The hot path, a frame per few tokens per listener: no database here, so not
+            # Channels' ``aclose_old_connections()`` either — a thread hop for every message,
+            # the largest single cost of Daphne's streaming.
+            await self.session_event(message)
+            return
+        await super().dispatch(message)
 
     async def session_event(self, message: dict) -> None:
         # Pre-encoded once per session for every listener: sent as it is.

@@ -202,36 +202,52 @@ async def test_an_untouched_socket_stays_open_and_keeps_receiving(sid, token, co
         await communicator.disconnect()
 
 
-async def test_the_recheck_ends_with_the_socket(sid, token):
-    def rechecks() -> list[asyncio.Task]:
-        return [
-            t
-            for t in asyncio.all_tasks()
-            if getattr(t.get_coro(), "__qualname__", "").endswith("_recheck_forever")
-        ]
+async def test_the_watch_forgets_the_socket_and_ends_with_the_last(sid, token):
+    from sessions_app.socket_watch import watch_for_this_loop
 
     communicator = await _subscribed(f"/ws/sessions/{sid}/?token={token}", HOST)
-    assert len(rechecks()) == 1
+    watch = watch_for_this_loop()
+    assert len(watch.sockets) == 1 and not watch.task.done()
     await communicator.disconnect()
-    await asyncio.sleep(0.05)
-    assert rechecks() == []
+    await asyncio.sleep(2 * INTERVAL)
+    assert watch.sockets == {} and watch.task.done()
+
+
+async def test_one_recheck_serves_every_socket_of_the_process(sid, token, monkeypatch):
+    """All the sockets of a process are rechecked together, in one call (a query or two),
+    not one call and one fresh connection per socket."""
+    from sessions_app import socket_watch
+
+    calls: list[int] = []
+    original = socket_watch.still_allowed
+
+    def counted(items):  # noqa: ANN001, ANN202
+        calls.append(len(items))
+        return original(items)
+
+    monkeypatch.setattr(socket_watch, "still_allowed", counted)
+    sockets = [await _subscribed(f"/ws/sessions/{sid}/?token={token}", HOST) for _ in range(5)]
+    await asyncio.sleep(3 * INTERVAL)
+    assert calls and max(calls) == 5
+    for communicator in sockets:
+        await communicator.disconnect()
 
 
 async def test_a_recheck_that_fails_keeps_the_socket_and_the_next_one_decides(
     sid, token, monkeypatch
 ):
-    from sessions_app import consumers
+    from sessions_app import socket_watch
 
-    answers = iter([RuntimeError("database away"), RuntimeError("still away"), False])
+    answers = iter([RuntimeError("database away"), RuntimeError("still away"), [False]])
 
-    async def flaky(key: str, session_id: str) -> bool:
-        answer = next(answers, False)
+    def flaky(items):  # noqa: ANN001, ANN202
+        answer = next(answers, [False] * len(items))
         if isinstance(answer, Exception):
             raise answer
         return answer
 
     communicator = await _subscribed(f"/ws/sessions/{sid}/?token={token}", HOST)
-    monkeypatch.setattr(consumers, "_token_may_see", flaky)
+    monkeypatch.setattr(socket_watch, "still_allowed", flaky)
     assert await _close_code(communicator, 4 * INTERVAL + 1.0) == 4403
     assert next(answers, None) is None, "closed only after the recheck that answered"
     await communicator.disconnect()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -169,11 +170,14 @@ class ScriptedProvider(SyncStream):
         self, text: str, pace_ms: float, should_abort: Callable[[], bool]
     ) -> AsyncIterator[TextDelta]:
         words = text.split(" ")
+        start = time.monotonic()
         for i, word in enumerate(words):
             if should_abort():
                 return
             if i and pace_ms > 0:
-                await asyncio.sleep(pace_ms / 1000.0)
+                # On a fixed schedule (word i at start + i × pace), like a model that emits
+                # at a steady rate: the time spent handling a word does not slow the next.
+                await asyncio.sleep(max(0.0, start + i * pace_ms / 1000.0 - time.monotonic()))
             yield TextDelta(word if i == 0 else " " + word)
 
 
