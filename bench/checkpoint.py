@@ -2,8 +2,9 @@
 
 A session is built with N prior messages directly through the ORM (bulk), then a scripted run
 with one tool batch is executed in this process (``start_run(defer_enqueue=True)`` then
-``engine.run_agent``), with a ``connection.execute_wrapper`` counting every statement of the
-loop's thread: its kind, and for INSERT/UPDATE/DELETE the bytes of its bound parameters.
+``runs_app.host.run_agent``), with an execute wrapper on every thread's connection (the run
+host's database threads run the statements) counting every statement: its kind, and for
+INSERT/UPDATE/DELETE the bytes of its bound parameters.
 Statements are attributed to what was running: the tool-batch checkpoint (the flush that ends a
 step that ran tools), any other flush, a step, the history load.
 """
@@ -18,6 +19,7 @@ from datetime import timedelta
 from typing import Any
 from unittest import mock
 
+from .env import statements_of_every_thread
 from .stats import ratio
 
 WRITES = {"INSERT", "UPDATE", "DELETE"}
@@ -57,6 +59,18 @@ class Recorder:
             }
         )
         return rows
+
+    def labelled_async(self, label: str, fn):  # noqa: ANN001, ANN201
+        recorder = self
+
+        async def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            recorder.labels.append(label)
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                recorder.labels.pop()
+
+        return wrapper
 
     def labelled(self, label: str, fn):  # noqa: ANN001, ANN201
         recorder = self
@@ -162,10 +176,11 @@ def build_session(user: Any, prior: int) -> Any:
 
 
 def measure_run(session: Any, user: Any, index: int) -> dict[str, Any]:
-    from django.db import connection
+    from django.conf import settings
 
     from runs_app import engine
     from runs_app.checkpoint import Checkpointer
+    from runs_app.host import run_agent
     from runs_app.models import Run
     from runs_app.services.runs import start_run
 
@@ -174,22 +189,22 @@ def measure_run(session: Any, user: Any, index: int) -> dict[str, Any]:
     original_flush = Checkpointer.flush
     original_run_tool = engine.AgentLoop.run_tool
 
-    def flush(self):  # noqa: ANN001, ANN202
+    def flush(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
         label = "tool-batch" if after_tools["flag"] else "flush"
         after_tools["flag"] = False
-        return rec.labelled(label, original_flush)(self)
+        return rec.labelled(label, original_flush)(self, **kwargs)
 
-    def run_tool(self, part):  # noqa: ANN001, ANN202
-        result = original_run_tool(self, part)
+    async def run_tool(self, part):  # noqa: ANN001, ANN202
+        result = await original_run_tool(self, part)
         after_tools["flag"] = True
         return result
 
     steps = {"n": 0}
     original_step = engine.AgentLoop.step
 
-    def step(self, index):  # noqa: ANN001, ANN202
+    async def step(self, index):  # noqa: ANN001, ANN202
         steps["n"] += 1
-        return rec.labelled("step", original_step)(self, index)
+        return await rec.labelled_async("step", original_step)(self, index)
 
     run = start_run(
         session=session,
@@ -212,9 +227,12 @@ def measure_run(session: Any, user: Any, index: int) -> dict[str, Any]:
         stack.enter_context(mock.patch.object(engine.AgentLoop, "run_tool", run_tool))
         stack.enter_context(mock.patch.object(engine.AgentLoop, "step", step))
         stack.enter_context(mock.patch.object(engine, "active_path", active_path))
-        stack.enter_context(connection.execute_wrapper(rec))
+        stack.enter_context(statements_of_every_thread(rec))
+        # The host's keeper (lease renewals, abort polls) stays out of the counts.
+        stack.enter_context(mock.patch.object(settings, "RUN_ABORT_POLL_SECONDS", 3600))
+        stack.enter_context(mock.patch.object(settings, "RUN_LEASE_SECONDS", 3600))
         started = time.perf_counter()
-        engine.run_agent(run.id)
+        run_agent(run.id)
         elapsed = time.perf_counter() - started
     run.refresh_from_db()
     assert run.status == Run.Status.COMPLETED, (run.status, run.error)

@@ -6,6 +6,7 @@ Redis is db 5, ports are picked free, and the subprocesses started here are stop
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import signal
@@ -14,8 +15,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = ROOT / ".venv" / "bin"
@@ -312,3 +317,19 @@ def cpu_seconds(pid: int) -> float:
 def tree_total_rss_mib(pid: int) -> float:
     parent, kids = tree_rss_mib(pid)
     return parent + sum(kids)
+
+
+@contextmanager
+def statements_of_every_thread(recorder: Callable[..., Any]) -> Iterator[None]:
+    """``connection.execute_wrapper(recorder)`` for every connection of every thread: a run
+    executes its statements in the run host's database threads, each on its own
+    connection."""
+    from django.db.backends.utils import CursorWrapper
+
+    original = CursorWrapper._execute_with_wrappers
+
+    def wrapped(self, sql, params, many, executor):  # noqa: ANN001, ANN202
+        return original(self, sql, params, many, functools.partial(recorder, executor))
+
+    with mock.patch.object(CursorWrapper, "_execute_with_wrappers", wrapped):
+        yield

@@ -25,6 +25,7 @@ from typing import Any
 from unittest import mock
 
 from .checkpoint import WRITES, param_bytes
+from .env import statements_of_every_thread
 from .stats import ratio
 
 HERE = Path(__file__).resolve().parent
@@ -100,10 +101,11 @@ def _script(batches: int) -> str:
 
 
 def _ours_checkpoint(user: Any, prior: int, batches: int) -> dict[str, Any]:
-    from django.db import connection
+    from django.conf import settings
 
     from runs_app import engine
     from runs_app.checkpoint import Checkpointer
+    from runs_app.host import run_agent
     from runs_app.models import Run
     from runs_app.services.runs import start_run
     from runs_app.services.seed import seed_runs
@@ -117,19 +119,19 @@ def _ours_checkpoint(user: Any, prior: int, batches: int) -> dict[str, Any]:
     original_flush = Checkpointer.flush
     original_run_tool = engine.AgentLoop.run_tool
 
-    def flush(self):  # noqa: ANN001, ANN202
+    def flush(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
         if not state["after_tools"]:
-            return original_flush(self)
+            return original_flush(self, **kwargs)
         state["after_tools"] = False
         rec = Statements()
-        with connection.execute_wrapper(rec):
-            result = original_flush(self)
+        with statements_of_every_thread(rec):
+            result = original_flush(self, **kwargs)
         writes = [s for s in rec.statements if s["kind"] in WRITES]
         per_checkpoint.append({"bytes": sum(s["bytes"] for s in writes), "statements": len(writes)})
         return result
 
-    def run_tool(self, part):  # noqa: ANN001, ANN202
-        result = original_run_tool(self, part)
+    async def run_tool(self, part):  # noqa: ANN001, ANN202
+        result = await original_run_tool(self, part)
         state["after_tools"] = True
         return result
 
@@ -143,7 +145,9 @@ def _ours_checkpoint(user: Any, prior: int, batches: int) -> dict[str, Any]:
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(Checkpointer, "flush", flush))
         stack.enter_context(mock.patch.object(engine.AgentLoop, "run_tool", run_tool))
-        engine.run_agent(run.id)
+        stack.enter_context(mock.patch.object(settings, "RUN_ABORT_POLL_SECONDS", 3600))
+        stack.enter_context(mock.patch.object(settings, "RUN_LEASE_SECONDS", 3600))
+        run_agent(run.id)
     run.refresh_from_db()
     assert run.status == Run.Status.COMPLETED, (run.status, run.error)
     assert len(per_checkpoint) == batches, per_checkpoint

@@ -124,10 +124,12 @@ def read_emits(emit_dir: Path, since: float) -> list[tuple[float, str, int, int]
 
 
 def latencies(
-    emits: list[tuple[float, str, int, int]], frames: list[tuple[float, str, int, int]]
+    emits: list[tuple[float, str, int, int]],
+    frames: list[tuple[float, str, int, int]],
+    timed: list[tuple[float, float]] | None = None,
 ) -> tuple[list[float], int]:
     """Per emitted delta, ms from emission to the arrival of the frame that covers its
-    offset; and how many deltas no frame covered (lost)."""
+    offset; and how many deltas no frame covered (lost). ``timed`` gets (emitted, ms)."""
     by_part: dict[str, list[tuple[int, int, float]]] = {}
     for received, part, offset, length in frames:
         by_part.setdefault(part, []).append((offset, offset + length, received))
@@ -146,6 +148,8 @@ def latencies(
             lost += 1
             continue
         out.append((spans[i][2] - emitted) * 1000.0)
+        if timed is not None:
+            timed.append((emitted, out[-1]))
     return out, lost
 
 
@@ -231,7 +235,12 @@ async def scenario(
     await asyncio.sleep(0.6)  # the probe writes its notes every 100 ms
     emits = read_emits(emit_dir, since)
     frames = [f for c in clients for f in c.frames]
-    lat, lost = latencies(emits, frames)
+    timed: list[tuple[float, float]] = []
+    lat, lost = latencies(emits, frames, timed)
+    first = min(t for t, _ in timed) if timed else since
+    # While the runs start (their start-up work: history, first rows, a snapshot) and after.
+    starting = [ms for t, ms in timed if t < first + 3.0]
+    steady = [ms for t, ms in timed if t >= first + 3.0]
     recv_times = [f[0] for f in frames]
     delivered_tokens = len(emits) - lost
     asked = len(sessions) * 1000.0 / pace_ms
@@ -249,6 +258,8 @@ async def scenario(
         "p90_ms": percentile(lat, 90),
         "p99_ms": percentile(lat, 99),
         "max_ms": max(lat) if lat else float("nan"),
+        "p99_first_3s_ms": percentile(starting, 99) if starting else float("nan"),
+        "p99_after_3s_ms": percentile(steady, 99) if steady else float("nan"),
         "produced_tokens_per_s": produced,
         "produced_share": produced / asked if asked else float("nan"),
         "delivered_tokens_per_s": (
@@ -451,7 +462,8 @@ def _brief(r: dict[str, Any]) -> str:
         f"{r['sessions']} x {1000 / r['pace_ms']:.0f} tok/s: produced "
         f"{r['produced_tokens_per_s']:,.0f}/{r['target_tokens_per_s']:,.0f} tok/s, "
         f"delivered {r['delivered']}/{r['emitted']}, p50 {r['p50_ms']:.1f} ms, "
-        f"p99 {r['p99_ms']:.1f} ms, worker {r['worker_cpu_us_per_token']:.0f} µs/token, "
+        f"p99 {r['p99_ms']:.1f} ms (first 3 s {r['p99_first_3s_ms']:.0f}, then "
+        f"{r['p99_after_3s_ms']:.0f}), worker {r['worker_cpu_us_per_token']:.0f} µs/token, "
         f"Daphne {r['daphne_cpu_us_per_token']:.0f} µs/token, "
         f"RSS {r['worker_peak_rss_mib']:.0f} MiB"
     )

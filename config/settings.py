@@ -313,8 +313,12 @@ AGENT_MAX_STEPS = int(os.environ.get("AGENT_MAX_STEPS", "25"))
 RUN_LEASE_SECONDS = float(os.environ.get("RUN_LEASE_SECONDS", "30"))
 # Aborts arrive at once (Redis pub/sub / in-process); the database flag is re-read this often.
 RUN_ABORT_POLL_SECONDS = float(os.environ.get("RUN_ABORT_POLL_SECONDS", "1.0"))
-# Text deltas of one session are coalesced into frames of at most this many milliseconds.
-STREAM_FRAME_MS = float(os.environ.get("STREAM_FRAME_MS", "40"))
+# Text deltas of one session are coalesced into frames of at most this many milliseconds,
+# while at most STREAM_FRAME_SESSIONS sessions stream from one process; beyond, frames widen
+# in proportion (fewer, fuller frames for hundreds of streams), up to STREAM_FRAME_MAX_MS.
+STREAM_FRAME_MS = float(os.environ.get("STREAM_FRAME_MS", "25"))
+STREAM_FRAME_SESSIONS = float(os.environ.get("STREAM_FRAME_SESSIONS", "50"))
+STREAM_FRAME_MAX_MS = float(os.environ.get("STREAM_FRAME_MAX_MS", "150"))
 # Streamed text is written to the database at most this often while a step streams.
 STREAM_FLUSH_SECONDS = float(os.environ.get("STREAM_FLUSH_SECONDS", "0.5"))
 SCRIPTED_DEFAULT_PACE_MS = float(os.environ.get("SCRIPTED_DEFAULT_PACE_MS", "15"))

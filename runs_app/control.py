@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -31,4 +32,6 @@ class RunHostLike(Protocol):
 
     async def in_tool_thread(self, fn: Callable[..., T], *args: Any) -> T: ...
 
-    def stream_text(self, part: Any) -> None: ...
+    def stream_text(self, part: Any, control: RunControl) -> None: ...
+
+    def starting(self) -> AbstractAsyncContextManager[Any]: ...

@@ -124,23 +124,11 @@ class AgentLoop:
             run.status = Run.Status.RUNNING
             self.emit(events.RUN_UPDATED, run=run_data(run))
             self.emit(events.SESSION_STATUS, status="busy", run_id=run.id)
-            prompting = run.mode == Run.Mode.PROMPT and run.input_message_id is None
-            if prompting and self.session.revert:
-                # Rule 1.3 / 3.6: a new prompt confirms a pending revert first.
-                self.session = await self.db(
-                    cleanup_session, session=self.session, holder_run_id=run.id
-                )
-                self.head_id = self.session.head_id
-            if run.branch and not run.branch.get("applied"):
-                await self.db(self.start_branch)
-            else:
-                self.history = await self.db(active_path, self.session)
-            if prompting:
-                await self.db(self.start_prompt)
-            elif turn_finished(self.history):
-                # Resume with nothing unfinished: the turn had ended; no model call, no tool.
-                await self.finish(Run.Status.COMPLETED, None)
-                return
+            async with self.host.starting():
+                if not await self.start_up():
+                    # Resume with nothing unfinished: the turn had ended; no model call, no tool.
+                    await self.finish(Run.Status.COMPLETED, None)
+                    return
             await self.loop()
         except Aborted:
             status = Run.Status.CANCELLED
@@ -171,6 +159,27 @@ class AgentLoop:
             if close is not None:
                 await close()
         await self.finish(status, error)
+
+    async def start_up(self) -> bool:
+        """Everything before the first step: False when there is nothing to run."""
+        run = self.run
+        prompting = run.mode == Run.Mode.PROMPT and run.input_message_id is None
+        if prompting and self.session.revert:
+            # Rule 1.3 / 3.6: a new prompt confirms a pending revert first.
+            self.session = await self.db(
+                cleanup_session, session=self.session, holder_run_id=run.id
+            )
+            self.head_id = self.session.head_id
+        if run.branch and not run.branch.get("applied"):
+            await self.db(self.start_branch)
+        else:
+            self.history = await self.db(active_path, self.session)
+        if prompting:
+            await self.db(self.start_prompt)
+        elif turn_finished(self.history):
+            return False
+        self.tree = self.first_tree = await self.db(self.snap.track)
+        return True
 
     def start_prompt(self) -> None:
         """Rule 1.3: interrupt unfinished tools on the path, then write the user message."""
@@ -303,7 +312,6 @@ class AgentLoop:
         self.emit(events.PART_UPDATED, part=part_data(part))
 
     async def loop(self) -> None:
-        self.tree = self.first_tree = await self.db(self.snap.track)
         max_steps = self.run.max_steps or settings.AGENT_MAX_STEPS
         for index in range(max_steps):
             self.check()
@@ -465,7 +473,7 @@ class AgentLoop:
                         await self.db(self.writer.flush, durable=False)  # the row, first
                     else:
                         # Written with every other run's streamed text, one statement per tick.
-                        self.host.stream_text(part)
+                        self.host.stream_text(part, self.control)
                     last_flush = time.monotonic()
             elif isinstance(event, ToolCall):
                 calls.append(event)

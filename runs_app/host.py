@@ -27,12 +27,18 @@ import concurrent.futures
 import functools
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.conf import settings
+
+try:
+    import uvloop
+except ImportError:  # an optional speed-up
+    uvloop = None
 from django.db import DatabaseError, close_old_connections, connection
 
 from sessions_app.logs import log_context
@@ -59,7 +65,9 @@ class RunHost:
         self.tools: concurrent.futures.ThreadPoolExecutor | None = None
         self.runs: dict[str, RunControl] = {}
         self._room: asyncio.Semaphore | None = None
-        self._texts: dict[str, Any] = {}  # part id → a text part streaming into it
+        self._starting: asyncio.Semaphore | None = None
+        self._texts: dict[str, tuple[Any, RunControl]] = {}  # part id → (part, its run)
+        self._writing: asyncio.Future | None = None  # the batch of streamed text in flight
 
     # -- start-up (once per process; a forked child starts its own) ------------------------
     def ensure(self) -> asyncio.AbstractEventLoop:
@@ -74,18 +82,25 @@ class RunHost:
             self.tools = concurrent.futures.ThreadPoolExecutor(
                 max_workers=settings.RUN_TOOL_THREADS, thread_name_prefix="run-tool"
             )
-            loop = asyncio.new_event_loop()
+            # uvloop (libuv): timers, sockets and callbacks at a fraction of asyncio's own
+            # cost per token; the plain loop where it is not installed.
+            loop = uvloop.new_event_loop() if uvloop is not None else asyncio.new_event_loop()
             ready = threading.Event()
 
             def serve() -> None:
                 asyncio.set_event_loop(loop)
                 self._thread_id = threading.get_ident()
                 self._room = asyncio.Semaphore(settings.RUN_HOST_CAPACITY)
+                self._starting = asyncio.Semaphore(max(1, settings.RUN_DB_THREADS // 2))
                 loop.create_task(self._keeper())
                 loop.create_task(self._text_writer())
                 loop.call_soon(ready.set)
                 loop.run_forever()
 
+            # The loop thread hands the interpreter over to busy database threads and waits
+            # for it back at every switch: shorter switches keep the runs' tokens flowing
+            # while start-ups and checkpoints run beside them.
+            sys.setswitchinterval(min(sys.getswitchinterval(), 0.001))
             threading.Thread(target=serve, name="run-host", daemon=True).start()
             ready.wait(10)
             self.loop = loop
@@ -116,10 +131,11 @@ class RunHost:
 
     async def _host(self, run_id: str, begun: concurrent.futures.Future) -> None:
         finished = begun.finished  # type: ignore[attr-defined]
-        assert self._room is not None
+        assert self._room is not None and self._starting is not None
         try:
             async with self._room:  # at most RUN_HOST_CAPACITY live runs in this process
-                started = await self.blocking(lifecycle.begin, run_id)
+                async with self.starting():
+                    started = await self.blocking(lifecycle.begin, run_id)
                 _resolve(begun, started.retry)
                 if started.retry:
                     self._retry_later(run_id)
@@ -135,11 +151,21 @@ class RunHost:
                 finally:
                     self.runs.pop(run.id, None)
                     runtime.abort_bus().unregister(run.id)
+                    # A batch of streamed text taken before the run ended may still hold its
+                    # text: the run ends once that is written (nothing of it after its end).
+                    await self._written()
         except BaseException as exc:  # a run that crashed must not take the host with it
             log.exception("run %s crashed in the host", run_id)
             _resolve(begun, False, exc)
         finally:
             _resolve(finished, None)
+
+    def starting(self) -> asyncio.Semaphore:
+        """A few start-ups at a time (``begin``, the history, the first rows, a snapshot):
+        hundreds of runs handed over at once would else fill every database thread with
+        start-up work, and hold the interpreter, while the live runs wait for theirs."""
+        assert self._starting is not None
+        return self._starting
 
     def _retry_later(self, run_id: str) -> None:
         """The session is still held by another worker's lease: try again once it may have
@@ -164,9 +190,10 @@ class RunHost:
         )
 
     # -- streamed text ---------------------------------------------------------------------------
-    def stream_text(self, part: Any) -> None:
-        """(On the loop.) Write ``part``'s text with the next tick's batch."""
-        self._texts[part.id] = part
+    def stream_text(self, part: Any, control: RunControl) -> None:
+        """(On the loop.) Write ``part``'s text with the next tick's batch, unless its run
+        has lost its lease by then (another worker may own the session)."""
+        self._texts[part.id] = (part, control)
 
     async def _text_writer(self) -> None:
         """Every ``STREAM_FLUSH_SECONDS``, the text streamed into every run's parts so far, in
@@ -175,12 +202,24 @@ class RunHost:
             await asyncio.sleep(settings.STREAM_FLUSH_SECONDS)
             if not self._texts:
                 continue
-            batch = [(part_id, part.text) for part_id, part in self._texts.items()]
+            batch = [
+                (part_id, part.text)
+                for part_id, (part, control) in self._texts.items()
+                if not control.lost.is_set()
+            ]
             self._texts = {}
+            self._writing = asyncio.ensure_future(self.blocking(write_streamed_texts, batch))
             try:
-                await self.blocking(write_streamed_texts, batch)
+                await self._writing
             except Exception:  # each step's own flush writes its text whole anyway
                 log.warning("writing the streamed text of %d parts failed", len(batch))
+            finally:
+                self._writing = None
+
+    async def _written(self) -> None:
+        writing = self._writing
+        if writing is not None and not writing.done():
+            await asyncio.wait([writing])
 
     def close_connections(self) -> None:
         """Close the database connection of every database thread (an idle host; the end of

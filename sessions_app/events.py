@@ -94,6 +94,8 @@ class Publisher:
         self._idle.set()
         self._inflight = 0
         self._loop_thread = 0
+        self._streaming: dict[str, float] = {}  # session → its last delta (the last second)
+        self._streaming_swept = 0.0
 
     # -- setup ------------------------------------------------------------------------------
     def bind_loop(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -197,14 +199,27 @@ class Publisher:
                 parts = self._pending.setdefault(session_id, {})
             pending = parts[part_id] = _PendingDelta(type, message_id, part_id, offset)
         pending.chunks.append(text)
-        frame = settings.STREAM_FRAME_MS / 1000.0
         now = time.monotonic()
-        due = self._last_sent.get(session_id, 0.0) + frame
+        due = self._last_sent.get(session_id, 0.0) + self._frame(session_id, now)
         if now >= due:
             self._flush_session(session_id)
         elif session_id not in self._scheduled:
             self._scheduled.add(session_id)
             asyncio.get_running_loop().call_later(due - now, self._flush_scheduled, session_id)
+
+    def _frame(self, session_id: str, now: float) -> float:
+        """The frame of a session's deltas, in seconds: ``STREAM_FRAME_MS`` while few
+        sessions stream from this process; wider as more do (proportionally beyond
+        ``STREAM_FRAME_SESSIONS``, up to ``STREAM_FRAME_MAX_MS``), so that hundreds of
+        streams cost fewer, fuller frames — in this process, in Redis, in Daphne and in the
+        browsers — instead of a backlog that delays them all."""
+        self._streaming[session_id] = now
+        if now - self._streaming_swept > 1.0:
+            self._streaming_swept = now
+            self._streaming = {s: t for s, t in self._streaming.items() if now - t < 1.0}
+        count = len(self._streaming)
+        frame = settings.STREAM_FRAME_MS * max(1.0, count / settings.STREAM_FRAME_SESSIONS)
+        return min(frame, max(settings.STREAM_FRAME_MS, settings.STREAM_FRAME_MAX_MS)) / 1000.0
 
     def _flush_scheduled(self, session_id: str) -> None:
         self._scheduled.discard(session_id)
