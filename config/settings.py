@@ -303,6 +303,18 @@ AGENT_MODEL = os.environ.get("AGENT_MODEL", "scripted")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "") or None
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "") or "not-needed"
 AGENT_ALLOW_SHELL = _env_bool("AGENT_ALLOW_SHELL", False)
+# The shell tool runs in a bubblewrap sandbox (runs_app/sandbox.py); "off" (the operator's
+# choice, for a machine where every user is trusted) runs it unconfined, with the limits only.
+AGENT_SHELL_SANDBOX = os.environ.get("AGENT_SHELL_SANDBOX", "bwrap").strip().lower()
+AGENT_SHELL_NETWORK = _env_bool("AGENT_SHELL_NETWORK", False)
+AGENT_SHELL_TIMEOUT = float(os.environ.get("AGENT_SHELL_TIMEOUT", "120"))
+AGENT_SHELL_MEMORY_BYTES = int(os.environ.get("AGENT_SHELL_MEMORY_BYTES", str(1024**3)))
+AGENT_SHELL_PROCESSES = int(os.environ.get("AGENT_SHELL_PROCESSES", "128"))
+AGENT_SHELL_OUTPUT_MAX = int(os.environ.get("AGENT_SHELL_OUTPUT_MAX", "65536"))
+AGENT_SHELL_TMP_BYTES = int(os.environ.get("AGENT_SHELL_TMP_BYTES", str(64 * 1024**2)))
+# Tool permissions (CONTRACT "Permissions and approvals"): the deployment's defaults, JSON of
+# {"<tool>": "allow"|"ask"|"deny" | {"<pattern>": rule, ...}}; unset = every tool allowed.
+AGENT_PERMISSIONS = os.environ.get("AGENT_PERMISSIONS", "")
 # Share links need a login to read by default; true lets anyone with the link read (never
 # write; forking always needs a login).
 SHARE_ANONYMOUS_READ = _env_bool("SHARE_ANONYMOUS_READ", False)

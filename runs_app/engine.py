@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import jsonschema
@@ -33,14 +33,14 @@ from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
 from sessions_app.services.revert import cleanup_session
 
-from . import lifecycle
+from . import lifecycle, sandbox
 from .checkpoint import Checkpointer
 from .control import RunControl, RunHostLike
 from .models import Run
 from .providers import ProviderError, get_provider
 from .providers.base import Finish, ReasoningDelta, StructuredOutput, TextDelta, ToolCall
 from .selectors import run_data
-from .tools import TOOLS, ToolContext, ToolError, available_tools
+from .tools import TOOLS, ToolContext, ToolError, ToolInterrupted, available_tools
 from .transcript import model_messages
 
 log = logging.getLogger(__name__)
@@ -496,18 +496,33 @@ class AgentLoop:
         part.state = state
         self.writer.touch(part, "state")
         self.emit(events.PART_UPDATED, part=part_data(part))
-        tool = self.tools.get(part.tool) or (TOOLS.get(part.tool) if part.tool != "shell" else None)
-        state = dict(state)
+        tool = self.tools.get(part.tool)
+        if tool is None and part.tool != "shell":
+            tool = TOOLS.get(part.tool)
         try:
             if tool is None:
-                raise ToolError(f"Unknown or disabled tool: {part.tool}.")
-            ctx = ToolContext(worktree=self.session.worktree, should_abort=self.aborted)
+                reason = sandbox.unavailable_reason() if part.tool == "shell" else ""
+                raise ToolError(reason or f"Unknown or disabled tool: {part.tool}.")
+            ctx = ToolContext(
+                worktree=self.session.worktree,
+                should_abort=self.aborted,
+                output=self.tool_output(part),
+            )
             args = state.get("input") or {}
             if tool.afn is not None:
                 state["output"] = await tool.arun(ctx, args)
             else:
                 state["output"] = await self.host.in_tool_thread(tool.run, ctx, args)
             state["status"] = "completed"
+        except ToolInterrupted as exc:
+            # Stopped part-way (its process tree is gone): the part keeps what it printed and
+            # ends interrupted, so a resume never runs it again (rule 1.5).
+            if self.control.lost.is_set():
+                raise LockLost() from exc  # not a line more: another worker may own it
+            state["output"] = exc.output
+            part.state = state
+            self.interrupt(part, reason="cancelled")
+            raise Aborted() from exc
         except ToolError as exc:
             if self.aborted():
                 # Left unfinished on purpose: resume decides (recall or interrupt), rule 1.5.
@@ -520,6 +535,33 @@ class AgentLoop:
         part.state = state
         self.writer.touch(part, "state")
         self.emit(events.PART_UPDATED, part=part_data(part))
+
+    def tool_output(self, part: Part) -> Callable[[str], Awaitable[None]]:
+        """What a running tool prints: into its part's ``state.output``, out to the browsers
+        as ``tool-output-delta`` (framed like text deltas), and written every
+        ``STREAM_FLUSH_SECONDS`` so that a reload mid-command shows the output so far."""
+        last_write = time.monotonic()
+
+        async def output(text: str) -> None:
+            nonlocal last_write
+            state = part.state
+            so_far = state.get("output") or ""
+            state["output"] = so_far + text
+            events.publish_tool_output(
+                self.session.id,
+                message_id=part.message_id,
+                part_id=part.id,
+                offset=len(so_far),
+                text=text,
+            )
+            now = time.monotonic()
+            due = now - last_write >= settings.STREAM_FLUSH_SECONDS
+            if due and self.mode != Session.Checkpoint.RUNS and not self.control.stopped():
+                last_write = now
+                self.writer.touch(part, "state")
+                await self.db(self.writer.flush, durable=False)
+
+        return output
 
     def publish_diff(self, before: str, after: str) -> None:
         diff = self.snap.diff_stat(before, after)

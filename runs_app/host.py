@@ -44,7 +44,7 @@ from django.db import DatabaseError, close_old_connections, connection
 from sessions_app.logs import log_context
 from sessions_app.services import lock
 
-from . import lifecycle, runtime
+from . import lifecycle, runtime, sandbox
 from .checkpoint import write_streamed_texts
 from .control import RunControl
 from .engine import AgentLoop
@@ -76,6 +76,10 @@ class RunHost:
                 return self.loop
             self._pid = os.getpid()
             self.runs = {}
+            # Whether the shell's sandbox starts here is found out once, off the loop.
+            reason = sandbox.unavailable_reason()
+            if reason and settings.AGENT_ALLOW_SHELL:
+                log.warning("%s", reason)
             self.db = concurrent.futures.ThreadPoolExecutor(
                 max_workers=settings.RUN_DB_THREADS, thread_name_prefix="run-db"
             )

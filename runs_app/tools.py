@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -16,15 +15,33 @@ from django.conf import settings
 from sessions_app.git_names import git_refuses
 from sessions_app.tools_paths import PATH_MAX, check_lengths
 
+from . import sandbox
+from .sandbox import worktree_bytes
+
 
 class ToolError(Exception):
     """A tool failed; the message becomes the tool part's error."""
+
+
+class ToolInterrupted(ToolError):
+    """A tool was stopped part-way (cancel, abort, interrupt, a lost lease): ``output`` is
+    what it had produced."""
+
+    def __init__(self, output: str) -> None:
+        super().__init__("Tool execution was interrupted.")
+        self.output = output
+
+
+async def _no_output(text: str) -> None:
+    return None
 
 
 @dataclass
 class ToolContext:
     worktree: Path
     should_abort: Callable[[], bool]
+    # Where a tool that produces output as it runs (``shell``) hands it, piece by piece.
+    output: Callable[[str], Awaitable[None]] = _no_output
 
 
 @dataclass(frozen=True)
@@ -128,19 +145,6 @@ def _list(ctx: ToolContext, args: dict[str, Any]) -> str:
     return "\n".join(entries)
 
 
-def worktree_bytes(root: Path) -> int:
-    """Bytes the worktree's files take (as ``ls -l`` counts them; links not followed)."""
-    total, stack = 0, [str(root)]
-    while stack:
-        with os.scandir(stack.pop()) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
-                else:
-                    total += entry.stat(follow_symlinks=False).st_size
-    return total
-
-
 def _check_room(ctx: ToolContext, path: Path, size: int) -> None:
     """Refuse a write that would make the file or the worktree larger than the deployment
     allows (``WORKTREE_MAX_FILE_BYTES``, ``WORKTREE_MAX_BYTES``): a tool error the model
@@ -231,26 +235,40 @@ async def _await(ctx: ToolContext, args: dict[str, Any]) -> str:
     return f"Waited {seconds:g} seconds."
 
 
-def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
-    if not settings.AGENT_ALLOW_SHELL:
-        raise ToolError("The shell tool is disabled on this deployment.")
+async def _ashell(ctx: ToolContext, args: dict[str, Any]) -> str:
+    reason = sandbox.unavailable_reason()
+    if reason:
+        raise ToolError(reason)
     command = _text_arg(args, "command")
     if not command.strip():
         raise ToolError("A command is required.")
-    try:
-        proc = subprocess.run(
-            ["/bin/sh", "-c", command],
-            cwd=ctx.worktree,
-            capture_output=True,
-            timeout=120,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(ctx.worktree)},
+    if len(command) > 100_000:
+        raise ToolError("The command is longer than 100,000 characters.")
+    outcome = await sandbox.run(
+        ctx.worktree, command, on_output=ctx.output, should_stop=ctx.should_abort
+    )
+    out = outcome.output
+    if outcome.truncated:
+        out += f"\n[output cut at {settings.AGENT_SHELL_OUTPUT_MAX:,} characters]"
+    if outcome.stopped == "stopped":
+        raise ToolInterrupted(out)
+    if outcome.stopped == "timeout":
+        raise ToolError(
+            f"Command timed out after {settings.AGENT_SHELL_TIMEOUT:g} seconds and was killed.\n"
+            + out
         )
-    except subprocess.TimeoutExpired as exc:
-        raise ToolError("Command timed out after 120 seconds.") from exc
-    out = (proc.stdout + proc.stderr).decode(errors="replace")[-20000:]
-    if proc.returncode != 0:
-        raise ToolError(f"Exit status {proc.returncode}.\n{out}")
+    if outcome.stopped == "worktree-size":
+        raise ToolError(
+            f"Command killed: the worktree grew past {settings.WORKTREE_MAX_BYTES:,} bytes.\n" + out
+        )
+    if outcome.exit_code != 0:
+        raise ToolError(f"Exit status {outcome.exit_code}.\n{out}")
     return out
+
+
+def _shell(ctx: ToolContext, args: dict[str, Any]) -> str:
+    """For callers outside the run host (a thread of their own)."""
+    return asyncio.run(_ashell(ctx, args))
 
 
 def _obj(**props: dict[str, Any]) -> dict[str, Any]:
@@ -289,14 +307,18 @@ TOOLS: dict[str, Tool] = {
         ),
         Tool(
             "shell",
-            "Run a shell command in the worktree.",
+            "Run a shell command (/bin/sh -c) in the worktree, in a sandbox: the worktree is"
+            " the current directory and the only writable place; no network.",
             _obj(command={"type": "string"}),
             _shell,
             blocks_on_error=True,
+            afn=_ashell,
         ),
     ]
 }
 
 
 def available_tools() -> list[Tool]:
-    return [t for t in TOOLS.values() if t.name != "shell" or settings.AGENT_ALLOW_SHELL]
+    """The tools offered to the model: ``shell`` only where it is enabled and its sandbox
+    starts (``sandbox.unavailable_reason``)."""
+    return [t for t in TOOLS.values() if t.name != "shell" or not sandbox.unavailable_reason()]

@@ -45,6 +45,8 @@ PART_UPDATED = "message.part.updated"
 PART_REMOVED = "message.part.removed"
 TEXT_DELTA = "text-delta"
 REASONING_DELTA = "reasoning-delta"
+TOOL_OUTPUT_DELTA = "tool-output-delta"
+RUN_REQUIRES_ACTION = "run.requires_action"
 
 EVENT_TYPES = frozenset(
     {
@@ -59,6 +61,8 @@ EVENT_TYPES = frozenset(
         PART_REMOVED,
         TEXT_DELTA,
         REASONING_DELTA,
+        TOOL_OUTPUT_DELTA,
+        RUN_REQUIRES_ACTION,
     }
 )
 
@@ -338,3 +342,10 @@ def publish_delta(
     publisher.delta(
         session_id, REASONING_DELTA if reasoning else TEXT_DELTA, message_id, part_id, offset, text
     )
+
+
+def publish_tool_output(
+    session_id: str, *, message_id: str, part_id: str, offset: int, text: str
+) -> None:
+    """A running tool's output as it comes, coalesced into frames like text deltas."""
+    publisher.delta(session_id, TOOL_OUTPUT_DELTA, message_id, part_id, offset, text)
