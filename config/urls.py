@@ -48,6 +48,7 @@ api = [
     path("runs/<str:run_id>/", runs({"get": "retrieve"})),
     path("runs/<str:run_id>/messages/", runs({"get": "transcript"})),
     path("runs/<str:run_id>/cancel/", runs({"post": "cancel"})),
+    path("runs/<str:run_id>/approve/", runs({"post": "approve"})),
     path("runs/<str:run_id>/continue/", runs({"post": "continue_run"})),
     path("runs/<str:run_id>/regenerate/", runs({"post": "regenerate"})),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

@@ -13,6 +13,7 @@ waits, events and abort checks stay on the loop.
 
 from __future__ import annotations
 
+import difflib
 import json
 import logging
 import time
@@ -28,7 +29,7 @@ from django.db import (
 )
 from django.utils import timezone
 
-from sessions_app import events, snapshots
+from sessions_app import events, permissions, snapshots
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
 from sessions_app.services.revert import cleanup_session
@@ -40,7 +41,7 @@ from .models import Run
 from .providers import ProviderError, get_provider
 from .providers.base import Finish, ReasoningDelta, StructuredOutput, TextDelta, ToolCall
 from .selectors import run_data
-from .tools import TOOLS, ToolContext, ToolError, ToolInterrupted, available_tools
+from .tools import TOOLS, ToolContext, ToolError, ToolInterrupted, available_tools, resolve
 from .transcript import model_messages
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,10 @@ class Aborted(Exception):
 
 class LockLost(Exception):
     pass
+
+
+class AwaitingApproval(Exception):
+    """A tool call of the batch waits for the owner's decision: the run parks (8.2)."""
 
 
 class AgentLoop:
@@ -130,6 +135,9 @@ class AgentLoop:
                     await self.finish(Run.Status.COMPLETED, None)
                     return
             await self.loop()
+        except AwaitingApproval:
+            await self.park()
+            return
         except Aborted:
             status = Run.Status.CANCELLED
         except LockLost:
@@ -330,27 +338,42 @@ class AgentLoop:
         last = next((m for m in reversed(self.history) if m.role == Message.Role.ASSISTANT), None)
         if last is None:
             return
+        parked = parked_step(last)
+        if parked is not None and any(
+            approval_of(p) == "requested" and (p.state or {}).get("status") == "pending"
+            for p in last.loaded_parts
+        ):
+            raise AwaitingApproval()  # still undecided: ask again (8.4)
         blocked = False
         for part in last.loaded_parts:
             if part.type != Part.Type.TOOL:
                 continue
-            status = (part.state or {}).get("status")
+            state = part.state or {}
+            status = state.get("status")
             tool = TOOLS.get(part.tool)
             if status == "completed":
                 continue
             if status == "error":
-                if tool is not None and tool.blocks_on_error:
+                denied = (state.get("metadata") or {}).get("denied")
+                if tool is not None and tool.blocks_on_error and not denied:
                     blocked = True
                 continue
             if status not in UNFINISHED:
                 continue
             if blocked:
                 self.interrupt(part, reason="blocked", now=time.time())
+            elif status == "pending" and approval_of(part) == "allowed":
+                await self.run_tool(part)  # decided, never started: its first execution
             elif tool is not None and not tool.side_effects:
                 await self.run_tool(part)  # recall: no side effects, so running it again is safe
             else:
                 self.interrupt(part, reason=mode, now=time.time())  # never run twice
                 blocked = True
+        if parked is not None:
+            # The step that stopped for approvals ends now, as it would have then.
+            index, before = parked
+            await self.db(self.close_step, last, index, before, ran_tools=True, finished=True)
+            return
         if last.completed_at is None:
             last.completed_at = timezone.now()
             if not last.error:
@@ -373,17 +396,22 @@ class AgentLoop:
         try:
             for call in await self.stream(message):
                 tool_parts.append(self.pending_tool(message, call))
-            if self.mode != Session.Checkpoint.RUNS and tool_parts:
+            waiting = await self.gate(tool_parts) if tool_parts else False
+            if (self.mode != Session.Checkpoint.RUNS and tool_parts) or waiting:
                 # The batch is on record before any of it runs: after a crash, recovery sees
                 # these calls and never runs a side-effect tool twice (rule 1.7).
                 await self.db(self.writer.flush)
+            if waiting:
+                raise AwaitingApproval()
             for part in tool_parts:
                 self.check()
+                if (part.state or {}).get("status") != "pending":
+                    continue  # denied by a rule: ended without running
                 await self.run_tool(part)
                 if self.mode == Session.Checkpoint.TOOL:
                     await self.db(self.writer.flush)
-        except LockLost:
-            raise  # not a line more: another worker may own the session
+        except (LockLost, AwaitingApproval):
+            raise  # not a line more / the step goes on once the owner has decided
         except BaseException:
             # A step that ends in an error or an abort still records what it did to the files.
             await self.db(
@@ -497,6 +525,10 @@ class AgentLoop:
         self.writer.touch(part, "state")
         self.emit(events.PART_UPDATED, part=part_data(part))
         tool = self.tools.get(part.tool)
+        if "approval" in state and self.mode != Session.Checkpoint.RUNS:
+            # A call run after a decision: "running" is on record before it runs, so a crash
+            # now never runs it twice (pending + allowed means "not started yet").
+            await self.db(self.writer.flush)
         if tool is None and part.tool != "shell":
             tool = TOOLS.get(part.tool)
         try:
@@ -562,6 +594,59 @@ class AgentLoop:
                 await self.db(self.writer.flush, durable=False)
 
         return output
+
+    async def gate(self, parts: list[Part]) -> bool:
+        """SEMANTICS 8.1: decide each call of the batch by the session's rules before any
+        runs. ``deny`` ends it as a tool error; ``ask`` marks it requested (with a preview
+        of what it would do). True when some call waits for the owner."""
+        rules = permissions.in_force(self.session.permissions)
+        decisions = [permissions.decide(rules, p.tool, (p.state or {}).get("input")) for p in parts]
+        if all(d == "allow" for d in decisions):
+            return False
+        asking = "ask" in decisions
+        previews = await self.db(self.previews, parts, decisions)
+        now = time.time()
+        for part, decision in zip(parts, decisions, strict=True):
+            state = dict(part.state or {})
+            if decision == "deny":
+                state.update(
+                    status="error",
+                    error=f"Denied by this session's permissions: {part.tool} is not allowed here.",
+                    metadata={**(state.get("metadata") or {}), "denied": True, "by": "rule"},
+                    time={"start": None, "end": now},
+                )
+            elif decision == "ask":
+                state["approval"] = {"status": "requested", "preview": previews.get(part.id, "")}
+            elif asking:
+                state["approval"] = {"status": "allowed", "by": "rule"}
+            part.state = state
+            self.writer.touch(part, "state")
+            self.emit(events.PART_UPDATED, part=part_data(part))
+        return asking
+
+    def previews(self, parts: list[Part], decisions: list[str]) -> dict[str, str]:
+        """What an asked call would do: the command; for file tools, the diff of the write."""
+        return {
+            part.id: approval_preview(
+                self.session.worktree, part.tool, (part.state or {}).get("input")
+            )
+            for part, decision in zip(parts, decisions, strict=True)
+            if decision == "ask"
+        }
+
+    async def park(self) -> None:
+        """The run stops before calls that wait for the owner: its rows are written, the
+        session stays held (``waiting``) with no lease to renew, and the coroutine ends —
+        no worker, thread or process waits with it."""
+        close = getattr(self.provider, "aclose", None)
+        if close is not None:
+            await close()
+        self.run.usage = self.usage
+        await self.db(self._record_park)
+
+    def _record_park(self) -> None:
+        self.writer.flush()
+        lifecycle.park(self.run)
 
     def publish_diff(self, before: str, after: str) -> None:
         diff = self.snap.diff_stat(before, after)
@@ -648,3 +733,49 @@ def turn_finished(history: list[Message]) -> bool:
         and last.completed_at is not None
         and not any(p.type == Part.Type.TOOL for p in last.loaded_parts)
     )
+
+
+def approval_of(part: Part) -> str | None:
+    return ((part.state or {}).get("approval") or {}).get("status")
+
+
+def parked_step(message: Message) -> tuple[int, str] | None:
+    """(step index, snapshot before it) of an assistant message whose step stopped for
+    approvals and has not ended yet (no ``step-finish``); else None."""
+    parts = message.loaded_parts
+    if any(p.type == Part.Type.STEP_FINISH for p in parts):
+        return None
+    if not any(p.type == Part.Type.TOOL and "approval" in (p.state or {}) for p in parts):
+        return None
+    start = next((p for p in parts if p.type == Part.Type.STEP_START), None)
+    if start is None or not (start.data or {}).get("snapshot"):
+        return None
+    return int(start.data.get("step") or 0), start.data["snapshot"]
+
+
+PREVIEW_MAX = 20_000
+
+
+def approval_preview(worktree: Any, tool: str, args: Any) -> str:
+    """The approval card's "what will happen": the command, or the unified diff a file
+    tool would make (cut at ``PREVIEW_MAX`` characters)."""
+    args = args if isinstance(args, dict) else {}
+    if tool == "shell":
+        return f"$ {args.get('command', '')}"[:PREVIEW_MAX]
+    if tool not in ("write", "append", "delete"):
+        return json.dumps(args)[:PREVIEW_MAX]
+    path = args.get("path")
+    try:
+        target = resolve(worktree, path)
+        old = target.read_text(errors="replace") if target.is_file() else ""
+    except (ToolError, OSError):
+        return f"{tool} {path!r}"[:PREVIEW_MAX]
+    content = args.get("content") if isinstance(args.get("content"), str) else ""
+    new = {"write": content, "append": old + content + "\n", "delete": ""}[tool]
+    diff = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"a/{path}" if old or tool != "write" else "/dev/null",
+        tofile=f"b/{path}" if tool != "delete" else "/dev/null",
+    )
+    return "".join(diff)[:PREVIEW_MAX] or f"{tool} {path} (no change)"

@@ -3,7 +3,9 @@
 ::
 
     (request) ──admit──▶ pending ──begin──▶ running ──finish──▶ completed | cancelled | error
-                  │         │                  ▲
+                  │         │  ▲               ▲  │
+                  │         │  └──── resume ───┼──┴─park─▶ requires_action ──cancel_waiting─▶
+                  │         │     (decided)    │           (waits for the owner)   cancelled
                   │         └─finish_unstarted─┼──▶ cancelled (aborted before it started)
                   └─ 409 (reject)              └── begin again once its lease expired
                                                    (its worker died: ``requeue_expired``)
@@ -17,6 +19,10 @@
 * ``finish`` and ``finish_unstarted`` record the end and **hand the session over**: to the
   oldest queued run, or back to idle, inside the transaction that holds the session row, so
   a run queued at that moment is never left behind a released lock.
+* ``park`` stops a run before tool calls that wait for the owner (SEMANTICS 8.2): the run is
+  ``requires_action``, the session ``waiting`` with a lease that never expires, no worker
+  holds anything; ``resume_decided`` makes it pending again once every call is decided;
+  ``cancel_waiting`` ends it (the waiting calls interrupted) and hands the session over.
 * ``requeue_expired`` (the sweep every worker and the embedded server run) starts again the
   runs whose worker died, without waiting for the broker's visibility timeout.
 
@@ -39,8 +45,8 @@ from django.utils import timezone
 
 from sessions_app import events
 from sessions_app.errors import SessionBusyError
-from sessions_app.models import Session
-from sessions_app.selectors import session_data
+from sessions_app.models import Part, Session
+from sessions_app.selectors import part_data, session_data
 from sessions_app.services import lock
 
 from . import runtime
@@ -64,7 +70,12 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
     if busy and strategy in ("interrupt", "rollback"):
         run.interrupted_run_id = locked.busy_run_id
     run.save()
-    if busy:
+    if busy and run.interrupted_run_id and _waiting(run.interrupted_run_id):
+        # The holder waits for its owner: nothing runs to be stopped. Its waiting calls are
+        # interrupted (8.4) and the session passes to the oldest queued run, this one or
+        # an earlier one.
+        cancel_waiting(Run.objects.get(id=run.interrupted_run_id), reason="prompt")
+    elif busy:
         if run.interrupted_run_id:
             # The holder stops at its next check and hands the session to the oldest
             # queued run; with "rollback" that run first moves the head back (engine).
@@ -79,6 +90,10 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
         events.publish_on_commit(locked.id, events.SESSION_STATUS, status="busy", run_id=run.id)
     events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
     return run
+
+
+def _waiting(run_id: str) -> bool:
+    return Run.objects.filter(id=run_id, status=Run.Status.REQUIRES_ACTION).exists()
 
 
 @dataclass(frozen=True)
@@ -141,6 +156,64 @@ def finish(run: Run) -> None:
         events.publish_on_commit(
             run.session_id, events.SESSION_UPDATED, session=session_data(session)
         )
+
+
+def park(run: Run) -> None:
+    """Record that ``run`` waits for its owner's decisions (its rows already written)."""
+    with transaction.atomic():
+        lock.lock_session(run.session_id)
+        Run.objects.filter(id=run.id).update(status=Run.Status.REQUIRES_ACTION, usage=run.usage)
+        run.status = Run.Status.REQUIRES_ACTION
+        lock.park(run.session_id, run.id)
+        data = run_data(run)
+        events.publish_on_commit(run.session_id, events.RUN_UPDATED, run=data)
+        events.publish_on_commit(run.session_id, events.RUN_REQUIRES_ACTION, run=data)
+        events.publish_on_commit(
+            run.session_id, events.SESSION_STATUS, status="waiting", run_id=run.id
+        )
+
+
+def resume_decided(locked: Session, run: Run) -> None:
+    """Under the session row lock: every waiting call of ``run`` is decided; it runs on
+    (pending, the session busy again under a fresh lease, a task enqueued after commit)."""
+    Run.objects.filter(id=run.id).update(status=Run.Status.PENDING)
+    run.status = Run.Status.PENDING
+    lock.claim(locked.id, run.id)
+    runtime.enqueue_on_commit(run.id)
+    events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
+    events.publish_on_commit(locked.id, events.SESSION_STATUS, status="busy", run_id=run.id)
+
+
+def cancel_waiting(run: Run, *, reason: str = "cancelled") -> Run:
+    """End a run that waits for its owner: its undecided calls are interrupted (``reason``),
+    the run ``cancelled``, the session handed over (to a queued run, or idle)."""
+    with transaction.atomic():
+        locked = lock.lock_session(run.session_id)
+        updated = Run.objects.filter(id=run.id, status=Run.Status.REQUIRES_ACTION).update(
+            status=Run.Status.CANCELLED, finished_at=timezone.now()
+        )
+        run.refresh_from_db()
+        if not updated:
+            return run
+        now = time.time()
+        waiting = Part.objects.filter(
+            message__run_id=run.id, type=Part.Type.TOOL, state__status="pending"
+        )
+        for part in waiting:
+            state = dict(part.state or {})
+            state.update(
+                status="error",
+                error="Tool execution was interrupted.",
+                metadata={**(state.get("metadata") or {}), "interrupted": True, "reason": reason},
+            )
+            state.setdefault("time", {})["end"] = now
+            part.state = state
+            part.save(update_fields=["state"])
+            events.publish_on_commit(run.session_id, events.PART_UPDATED, part=part_data(part))
+        if locked.busy_run_id == run.id:
+            _hand_over(locked.id, run.id)
+        events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
+    return run
 
 
 def finish_unstarted(run: Run, status: str = Run.Status.CANCELLED) -> Run:

@@ -19,6 +19,9 @@ class Run(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending"
         RUNNING = "running"
+        # Stopped before a tool call that waits for the owner's decision; holds the session,
+        # no worker (SEMANTICS 8.2).
+        REQUIRES_ACTION = "requires_action"
         COMPLETED = "completed"
         PAUSED = "paused"
         CANCELLED = "cancelled"

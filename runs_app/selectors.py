@@ -40,6 +40,34 @@ def _branch_data(branch: dict | None) -> dict | None:
     return {k: branch.get(k) for k in keys}
 
 
+def waiting_calls(run: Run) -> list[Part]:
+    """The run's tool calls that wait for the owner's decision, in call order."""
+    return list(
+        Part.objects.filter(
+            message__run_id=run.id,
+            type=Part.Type.TOOL,
+            state__status="pending",
+            state__approval__status="requested",
+        ).order_by("message_id", "order")
+    )
+
+
+def required_action(run: Run) -> dict[str, Any] | None:
+    """CONTRACT: what a ``requires_action`` run waits for (one query; None otherwise)."""
+    if run.status != Run.Status.REQUIRES_ACTION:
+        return None
+    calls = [
+        {
+            "part_id": p.id,
+            "tool": p.tool,
+            "input": (p.state or {}).get("input"),
+            "preview": ((p.state or {}).get("approval") or {}).get("preview", ""),
+        }
+        for p in waiting_calls(run)
+    ]
+    return {"type": "approve_tools", "tool_calls": calls}
+
+
 def run_data(run: Run) -> dict[str, Any]:
     return {
         "id": run.id,
@@ -60,6 +88,7 @@ def run_data(run: Run) -> dict[str, Any]:
         "checkpoint": run.checkpoint,
         "model": run.model,
         "usage": run.usage or {},
+        "required_action": required_action(run),
         "created_at": _iso(run.created_at),
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),

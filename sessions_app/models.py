@@ -13,6 +13,7 @@ class Session(models.Model):
     class Status(models.TextChoices):
         IDLE = "idle"
         BUSY = "busy"
+        WAITING = "waiting"  # its run waits for the owner to approve a tool call
 
     class Checkpoint(models.TextChoices):
         RUNS = "runs"
@@ -37,6 +38,8 @@ class Session(models.Model):
     busy_run_id = models.CharField(max_length=40, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     revert = models.JSONField(null=True, blank=True)
+    # Tool permissions of this session (sessions_app/permissions.py), over the deployment's.
+    permissions = models.JSONField(default=dict, blank=True)
     summary = models.JSONField(default=dict, blank=True)
     # Rough size, in tokens, of the active path (recomputed by rollback).
     context_tokens = models.PositiveIntegerField(default=0)

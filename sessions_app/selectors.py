@@ -9,6 +9,7 @@ from typing import Any, BinaryIO
 
 from django.conf import settings
 
+from . import permissions
 from .errors import InvalidInput, NotFoundError
 from .models import Message, Part, Session
 from .tools_paths import resolve_inside
@@ -186,6 +187,7 @@ def session_data(session: Session) -> dict[str, Any]:
         "system_prompt": session.system_prompt,
         "checkpoint": session.checkpoint,
         "context_tokens": session.context_tokens,
+        "permissions": permissions.in_force(session.permissions),
         "created_at": _iso(session.created_at),
         "updated_at": _iso(session.updated_at),
     }

@@ -119,7 +119,7 @@ def test_the_session_answer_names_its_fields(schema):
         assert {"id", "status", "head_message_id", "revert", "summary"} <= set(
             session["properties"]
         )
-        assert enum_of(schema, session["properties"]["status"]) == {"idle", "busy"}
+        assert enum_of(schema, session["properties"]["status"]) == {"idle", "busy", "waiting"}
 
 
 def test_the_messages_page_has_results_of_messages_with_parts(schema):
@@ -313,7 +313,7 @@ def test_bodies_are_refused_in_whole_sentences(api):
     patch = [
         ({"title": 5}, "title must be a non-empty string."),
         ({"title": "x" * 201}, "title must be at most 200 characters."),
-        ({"title": "x", "model": "y"}, "Only the title of a session can be changed."),
+        ({"title": "x", "model": "y"}, "Only the title and permissions of a session can be changed."),
     ]
     for body, message in patch:
         response = api.patch(f"/api/sessions/{sid}/", body, format="json")

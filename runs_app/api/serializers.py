@@ -225,6 +225,23 @@ class RegenerateIn(In):
     wait = wait()
 
 
+class ApproveIn(In):
+    part_id = StrictString(message="part_id must be the id of a tool call that waits.")
+    decision = Choice(
+        ["allow", "deny", "always"],
+        message="decision must be 'allow', 'deny' or 'always'.",
+        enum="ApprovalDecision",
+    )
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=2000,
+        trim_whitespace=False,
+        help_text="For deny: what the model is told.",
+    )
+
+
 class RunsQueryIn(serializers.Serializer):
     all = Flag(on=("1", "true"), help_text="Also the runs a regenerate replaced.")
 
@@ -241,6 +258,18 @@ class BranchOut(Out):
     index = serializers.IntegerField(help_text="K snapped to a tool-safe point.")
     source_run_id = serializers.CharField()
     applied = serializers.BooleanField()
+
+
+class ToolCallWaitingOut(Out):
+    part_id = serializers.CharField()
+    tool = serializers.CharField()
+    input = serializers.JSONField()
+    preview = serializers.CharField(help_text="The command, or the diff the write would make.")
+
+
+class RequiredActionOut(Out):
+    type = serializers.ChoiceField(["approve_tools"])
+    tool_calls = ToolCallWaitingOut(many=True)
 
 
 class RunOut(Out):
@@ -262,6 +291,7 @@ class RunOut(Out):
     checkpoint = serializers.ChoiceField(CHECKPOINTS)
     model = serializers.CharField()
     usage = serializers.DictField()
+    required_action = RequiredActionOut(allow_null=True)
     created_at = serializers.DateTimeField()
     started_at = serializers.DateTimeField(allow_null=True)
     finished_at = serializers.DateTimeField(allow_null=True)

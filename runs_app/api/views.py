@@ -27,12 +27,13 @@ from sessions_app.services import sharing
 from ..models import Run
 from ..runtime import enqueue
 from ..selectors import checkpoint_timeline, run_data, run_for_user, session_runs, stored_run
-from ..services import branching
+from ..services import approvals, branching
 from ..services import fork as fork_services
 from ..services import runs as run_services
 from ..transcript import model_messages
 from .serializers import (
     AbortOut,
+    ApproveIn,
     CheckpointOut,
     ContinueIn,
     RegenerateIn,
@@ -162,6 +163,15 @@ class RunViewSet(ApiViewSet):
     def cancel(self, request: Request, run_id: str) -> Response:
         run = run_services.cancel_run(run=self.get_object())
         return Response(run_data(run), status=status.HTTP_202_ACCEPTED)
+
+    @extend_schema(request=ApproveIn, responses={200: RunOut})
+    def approve(self, request: Request, run_id: str) -> Response:
+        """The owner's decision on one tool call that waits (allow, deny with a reason, or
+        always: allow and add a session rule for that exact argument)."""
+        run = self.get_object()
+        args = self.body(ApproveIn)
+        run = approvals.decide(run=run, user=request.user, **args)
+        return Response(run_data(run))
 
     @extend_schema(request=ContinueIn, responses=RUN_ANSWERS)
     def continue_run(self, request: Request, run_id: str) -> Response:

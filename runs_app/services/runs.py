@@ -14,7 +14,7 @@ from sessions_app.models import Session
 from sessions_app.services import lock
 
 from .. import runtime
-from ..lifecycle import admit, finish_unstarted
+from ..lifecycle import admit, cancel_waiting, finish_unstarted
 from ..models import Run
 
 
@@ -85,6 +85,9 @@ def cancel_run(*, run: Run) -> Run:
     run.refresh_from_db()
     if run.is_terminal:
         raise ConflictError(f"Run {run.id} has already finished ({run.status}).")
+    if run.status == Run.Status.REQUIRES_ACTION:
+        # Waiting for its owner: no loop to stop; it ends here (8.4).
+        return cancel_waiting(run)
     Run.objects.filter(id=run.id).update(abort_requested=True)
     run.abort_requested = True
     transaction.on_commit(lambda: runtime.abort_bus().notify(run.id))
@@ -108,7 +111,7 @@ def wait_for_run(run: Run, *, timeout: float = 600.0) -> Run:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run.refresh_from_db()
-        if run.is_terminal:
-            return run
+        if run.is_terminal or run.status == Run.Status.REQUIRES_ACTION:
+            return run  # ended, or stopped until its owner decides
         time.sleep(0.05)
     return run

@@ -21,6 +21,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
+from .. import permissions
 from ..errors import InvalidInput
 from ..models import Message, Part, Session
 from ..selectors import page_limit
@@ -74,6 +75,17 @@ class Choice(OneSentence, serializers.ChoiceField):
         super().__init__(*args, **kwargs)
         if enum:
             _name_enum(self, enum)
+
+
+class Permissions(serializers.JSONField):
+    """Tool rules, ``{"<tool>": "allow"|"ask"|"deny" | {"<pattern>": rule}}``, checked by
+    ``sessions_app.permissions.validate`` (its sentence is the refusal)."""
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        try:
+            return permissions.validate(data)
+        except ValueError as exc:
+            raise refuse(str(exc)) from exc
 
 
 class StrictBoolean(OneSentence, serializers.BooleanField):
@@ -195,6 +207,11 @@ class SessionIn(In):
         message=CHECKPOINT_MESSAGE,
         help_text="When a run persists its progress; empty: tool-batch.",
     )
+    permissions = Permissions(
+        required=False,
+        default=dict,
+        help_text='Tool rules: {"<tool>": "allow"|"ask"|"deny" | {"<pattern>": rule}}.',
+    )
 
     def validate_model(self, value: str) -> str:
         if value and value != "scripted" and not value.startswith("openai:"):
@@ -203,11 +220,14 @@ class SessionIn(In):
 
 
 class SessionPatchIn(In):
-    title = StrictString(max_length=200, message="title must be a non-empty string.")
+    title = StrictString(
+        required=False, max_length=200, message="title must be a non-empty string."
+    )
+    permissions = Permissions(required=False, help_text="Replaces the session's own rules.")
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if not isinstance(data, Mapping) or set(data) - {"title"}:
-            raise refuse_body("Only the title of a session can be changed.")
+        if not isinstance(data, Mapping) or set(data) - {"title", "permissions"} or not data:
+            raise refuse_body("Only the title and permissions of a session can be changed.")
         return super().to_internal_value(data)
 
     def validate_title(self, value: str) -> str:
@@ -375,6 +395,7 @@ class SessionOut(Out):
     system_prompt = serializers.CharField()
     checkpoint = serializers.ChoiceField(CHECKPOINTS)
     context_tokens = serializers.IntegerField()
+    permissions = serializers.DictField(help_text="The tool rules in force (defaults + own).")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 

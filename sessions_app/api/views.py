@@ -133,8 +133,8 @@ class SessionViewSet(SessionScopedViewSet):
     @extend_schema(request=SessionPatchIn, responses={200: SessionOut})
     def partial_update(self, request: Request, session_id: str) -> Response:
         session = self.get_object()
-        title = self.body(SessionPatchIn)["title"]
-        return Response(session_data(session_services.rename_session(session=session, title=title)))
+        args = self.body(SessionPatchIn)
+        return Response(session_data(session_services.update_session(session=session, **args)))
 
     @extend_schema(responses={204: None})
     def destroy(self, request: Request, session_id: str) -> Response:

@@ -17,7 +17,7 @@ row, so two writers of one session never wait on each other in a cycle.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Q
@@ -25,6 +25,10 @@ from django.utils import timezone
 
 from ..errors import NotFoundError, SessionBusyError
 from ..models import Session
+
+# The lease of a run that waits for its owner's decision (``park``): no worker renews it, and
+# it must not expire: the session stays held, hours or days, across restarts.
+PARKED = datetime(9999, 1, 1, tzinfo=UTC)
 
 
 def _lease_end():  # noqa: ANN202
@@ -98,6 +102,17 @@ def renew_many(held: list[tuple[str, str]]) -> set[str]:
     mine = Session.objects.filter(id__in=sessions, busy_run_id__in=runs)
     mine.update(lease_expires_at=_lease_end())
     return set(mine.values_list("busy_run_id", flat=True))
+
+
+def park(session_id: str, run_id: str) -> bool:
+    """``run_id`` keeps the session while it waits for its owner (``waiting``), with a lease
+    that never expires: no sweep takes it over, no worker holds it."""
+    return (
+        Session.objects.filter(id=session_id, busy_run_id=run_id).update(
+            status=Session.Status.WAITING, lease_expires_at=PARKED
+        )
+        == 1
+    )
 
 
 def hand_over(session_id: str, run_id: str, next_run_id: str | None) -> bool:

@@ -5,6 +5,7 @@ import shutil
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils import timezone
 
 from .. import events
 from ..errors import InvalidInput, NotFoundError, QuotaExceeded
@@ -14,8 +15,14 @@ from . import lock
 
 
 def create_session(
-    *, owner, title: str = "", model: str = "", system_prompt: str = "", checkpoint: str = ""
-) -> Session:  # noqa: ANN001
+    *,
+    owner,  # noqa: ANN001
+    title: str = "",
+    model: str = "",
+    system_prompt: str = "",
+    checkpoint: str = "",
+    permissions: dict | None = None,
+) -> Session:
     """A new session of ``owner``. The arguments' shape (a checkpoint mode of
     ``Session.Checkpoint``, a model name ``scripted`` or ``openai:<model>``) is the API's to
     check (``sessions_app.api.serializers.SessionIn``); empty means the default."""
@@ -29,6 +36,7 @@ def create_session(
             model=model,
             system_prompt=system_prompt,
             checkpoint=checkpoint,
+            permissions=permissions or {},
         )
     session.worktree.mkdir(parents=True, exist_ok=True)
     return session
@@ -54,6 +62,27 @@ def rename_session(*, session: Session, title) -> Session:  # noqa: ANN001
     if len(title) > 200:
         raise InvalidInput("title must be at most 200 characters.")
     Session.objects.filter(id=session.id).update(title=title.strip())
+    session.refresh_from_db()
+    events.publish_on_commit(session.id, events.SESSION_UPDATED, session=session_data(session))
+    return session
+
+
+def update_session(
+    *, session: Session, title: str | None = None, permissions: dict | None = None
+) -> Session:
+    """``PATCH``: the title and/or the session's own tool rules, in one transaction."""
+    with transaction.atomic():
+        if title is not None:
+            session = rename_session(session=session, title=title)
+        if permissions is not None:
+            session = set_permissions(session=session, rules=permissions)
+    return session
+
+
+def set_permissions(*, session: Session, rules: dict) -> Session:
+    """Replace the session's own tool rules (checked by ``permissions.validate`` at the
+    door). Allowed while a run waits: the calls still undecided are decided by the owner."""
+    Session.objects.filter(id=session.id).update(permissions=rules, updated_at=timezone.now())
     session.refresh_from_db()
     events.publish_on_commit(session.id, events.SESSION_UPDATED, session=session_data(session))
     return session
