@@ -313,7 +313,10 @@ def test_bodies_are_refused_in_whole_sentences(api):
     patch = [
         ({"title": 5}, "title must be a non-empty string."),
         ({"title": "x" * 201}, "title must be at most 200 characters."),
-        ({"title": "x", "model": "y"}, "Only the title and permissions of a session can be changed."),
+        (
+            {"title": "x", "model": "y"},
+            "Only the title and permissions of a session can be changed.",
+        ),
     ]
     for body, message in patch:
         response = api.patch(f"/api/sessions/{sid}/", body, format="json")
