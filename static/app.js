@@ -58,7 +58,12 @@ function upsertPart(p, fromFetch) {
       && known.text.length > p.text.length) {
     p = { ...p, text: known.text }; // live deltas are ahead of the stored text
   }
-  parts.set(p.id, { ...(known || {}), ...p, textCount: undefined });
+  if (known && typeof known.state?.output === "string" && p.state
+      && ["running", "pending"].includes(p.state.status)
+      && known.state.output.length > (p.state.output || "").length) {
+    p = { ...p, state: { ...p.state, output: known.state.output } }; // live output is ahead
+  }
+  parts.set(p.id, { ...(known || {}), ...p, textCount: undefined, outputCount: undefined });
   let msg = messages.get(p.message_id);
   if (!msg) {
     msg = { id: p.message_id, role: "assistant", partIds: [] };
@@ -88,6 +93,20 @@ function applyDelta(ev) {
   if (ev.offset + added.length <= haveCount) return; // already have it
   part.text = have + added.slice(haveCount - ev.offset).join("");
   part.textCount = ev.offset + added.length;
+}
+
+function applyToolOutput(ev) {
+  // A running tool's output, framed like text deltas: offsets in code points.
+  const part = parts.get(ev.part_id);
+  if (!part) return scheduleRefetch();
+  const state = (part.state = { ...(part.state || {}) });
+  const have = state.output || "";
+  const haveCount = part.outputCount ?? codePoints(have);
+  const added = [...ev.text];
+  if (ev.offset > haveCount) return scheduleRefetch();
+  if (ev.offset + added.length <= haveCount) return;
+  state.output = have + added.slice(haveCount - ev.offset).join("");
+  part.outputCount = ev.offset + added.length;
 }
 
 function codePoints(text) {
@@ -223,6 +242,8 @@ function handle(ev) {
     case "text-delta":
     case "reasoning-delta":
       applyDelta(ev); break;
+    case "tool-output-delta": applyToolOutput(ev); break;
+    case "run.requires_action": break; // the parts' approval cards and session.status say it
     case "message.updated": {
       const m = ev.message;
       const tail = order.length ? order[order.length - 1] : null;
@@ -249,6 +270,7 @@ function handle(ev) {
     case "session.updated": {
       const moved = !session || session.head_message_id !== ev.session.head_message_id;
       session = ev.session;
+      renderPermissions();
       setStatus(ev.session.status);
       const head = ev.session.head_message_id;
       if (moved && (!order.includes(head) || order[order.length - 1] !== head)) {
@@ -292,8 +314,9 @@ function lastTurnUnfinished() {
 
 function updateControls() {
   const busy = currentStatus === "busy";
-  document.getElementById("stop").hidden = !busy;
-  document.getElementById("resume").hidden = busy || !lastTurnUnfinished();
+  const waiting = currentStatus === "waiting";
+  document.getElementById("stop").hidden = !busy && !waiting;
+  document.getElementById("resume").hidden = busy || waiting || !lastTurnUnfinished();
 }
 
 function el(tag, cls, text) {
@@ -326,12 +349,57 @@ function renderPartBody(p) {
     head.setAttribute("aria-label", `Tool ${p.tool}, ${label}: show input and output`);
     box.append(head);
     box.append(el("pre", "input", JSON.stringify(input, null, 1)));
-    if (s.status === "completed" && s.output) box.append(el("pre", "output", s.output));
+    const approval = s.approval || {};
+    if (s.status === "pending" && approval.status === "requested") {
+      box.open = true;
+      box.classList.add("asking");
+      box.append(approvalCard(p, approval));
+    } else if (approval.status && approval.by !== "rule") {
+      box.append(el("p", "muted decision", approval.status === "denied"
+        ? `Denied by you${approval.reason ? ": " + approval.reason : ""}` : "Allowed by you"));
+    }
+    // The output as it comes (a running shell), and what an interrupted call had printed.
+    if (s.output) box.append(el("pre", "output" + (s.status === "running" ? " live" : ""), s.output));
     if (s.status === "error") box.append(el("pre", "error", s.error || "error"));
     return box;
   }
   if (p.type === "patch") return el("div", "patch", "changed: " + (p.files || []).join(", "));
   return null;
+}
+
+const denyReasons = new Map(); // part id -> the reason being typed (kept across renders)
+
+function approvalCard(p, approval) {
+  // What will happen (the command, or the diff of the write) and the owner's three answers.
+  const card = el("div", "approval");
+  card.setAttribute("role", "group");
+  card.setAttribute("aria-label", `Approve ${p.tool}`);
+  card.append(el("strong", "", `The agent asks to run ${p.tool}`));
+  if (approval.preview) card.append(el("pre", "preview", approval.preview));
+  const runId = messages.get(p.message_id)?.run_id;
+  const reason = el("input", "reason");
+  reason.placeholder = "Reason (told to the agent when you deny)";
+  reason.setAttribute("aria-label", "Reason for denying");
+  reason.value = denyReasons.get(p.id) || "";
+  reason.addEventListener("input", () => denyReasons.set(p.id, reason.value));
+  const decide = async (decision) => {
+    showError("");
+    try {
+      await call("POST", `/api/runs/${runId}/approve/`, {
+        part_id: p.id, decision, reason: decision === "deny" ? reason.value : "",
+      });
+      denyReasons.delete(p.id);
+    } catch (err) { showError(err.message); }
+  };
+  const row = el("div", "row");
+  row.append(
+    button("Allow", "Allow this call", () => decide("allow"), "allow"),
+    button("Always", "Allow, and allow this exact call from now on in this session", () => decide("always"), "secondary always"),
+    reason,
+    button("Deny", "Deny this call; the agent reads your reason", () => decide("deny"), "secondary deny"),
+  );
+  card.append(row);
+  return card;
 }
 
 function renderPart(p) {
@@ -708,9 +776,49 @@ async function restart() {
   showError("The server does not answer; reload the page.");
 }
 
+const PERMISSION_TOOLS = ["write", "append", "delete", "shell", "read", "list", "wait"];
+
+function renderPermissions() {
+  // One choice per tool in the session menu; a tool with pattern rules shows them as set
+  // (the API and the admin edit patterns).
+  const box = document.getElementById("permissions");
+  if (!box || !session) return;
+  const rules = session.permissions || {};
+  const rows = [];
+  for (const tool of PERMISSION_TOOLS) {
+    const rule = rules[tool];
+    const label = el("label", "inline-field perm", tool + " ");
+    const pick = el("select");
+    pick.setAttribute("aria-label", `Permission for ${tool}`);
+    pick.dataset.tool = tool;
+    const current = typeof rule === "string" ? rule : rule ? "patterns" : "allow";
+    for (const value of ["allow", "ask", "deny", ...(current === "patterns" ? ["patterns"] : [])]) {
+      const o = el("option", "", value === "patterns" ? "by pattern" : value);
+      o.value = value;
+      o.selected = value === current;
+      pick.append(o);
+    }
+    pick.addEventListener("change", () => setPermission(tool, pick.value));
+    label.append(pick);
+    rows.push(label);
+  }
+  box.replaceChildren(...rows);
+}
+
+async function setPermission(tool, value) {
+  if (value === "patterns") return;
+  showError("");
+  try {
+    const rules = { ...(session.permissions || {}), [tool]: value };
+    session = await call("PATCH", api("/"), { permissions: rules });
+    renderPermissions();
+  } catch (err) { showError(err.message); }
+}
+
 async function start() {
   session = await call("GET", api("/"));
   setStatus(session.status);
+  renderPermissions();
   await Promise.all([loadMessages(false), loadTree()]);
   ready = true;
   for (const ev of buffered.splice(0)) handle(ev);

@@ -168,6 +168,7 @@ class ServicesServer:
             ),
             WORKSPACE_ROOT=str(tmp / "workspaces"),
             SCRIPTED_DEFAULT_PACE_MS="15",
+            AGENT_ALLOW_SHELL="true",  # in its sandbox (bubblewrap, which .ci/run installs)
         )
         self.procs = Processes()
         self.url = ""

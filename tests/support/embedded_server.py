@@ -31,6 +31,7 @@ def embedded_env(tmp: Path, **extra: str) -> dict[str, str]:
         WORKSPACE_ROOT=str(tmp / "workspaces"),
         ASGI_THREADS="32",
         SCRIPTED_DEFAULT_PACE_MS="15",
+        AGENT_ALLOW_SHELL="true",  # in its sandbox (bubblewrap, which .ci/run installs)
         DJANGO_SETTINGS_MODULE="config.settings",
         PYTHONUNBUFFERED="1",
     )
