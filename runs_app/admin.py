@@ -10,15 +10,38 @@ from sessions_app.errors import AppError
 from sessions_app.models import Session
 
 from .models import Run
+from .selectors import required_action
 from .services.fork import fork_session
 from .services.runs import abort_session, start_run
+
+
+class WaitingFilter(admin.SimpleListFilter):
+    title = "waiting for approval"
+    parameter_name = "waiting"
+
+    def lookups(self, request: HttpRequest, model_admin):  # noqa: ANN001, ANN201
+        return [("yes", "Waiting for the owner's approval")]
+
+    def queryset(self, request: HttpRequest, queryset):  # noqa: ANN001, ANN201
+        if self.value() == "yes":
+            return queryset.filter(status=Run.Status.REQUIRES_ACTION)
+        return queryset
 
 
 @admin.register(Run)
 class RunAdmin(OwnedAdmin):
     owner_path = "session__owner"
-    list_display = ("id", "session", "mode", "status", "lineage", "created_at", "finished_at")
-    list_filter = ("status", "mode")
+    list_display = (
+        "id",
+        "session",
+        "mode",
+        "status",
+        "waiting_on",
+        "lineage",
+        "created_at",
+        "finished_at",
+    )
+    list_filter = (WaitingFilter, "status", "mode")
     search_fields = ("id", "session__id", "forked_from_run__id")
     list_select_related = ("session",)
     # Related sessions and users render as their str() (a title, a username): the lineage
@@ -44,6 +67,14 @@ class RunAdmin(OwnedAdmin):
             bits.append(format_html("replaced by {}", admin_link(Run(id=obj.replaced_by))))
         # Each bit is already escaped by format_html.
         return mark_safe("<br>".join(bits)) if bits else "–"  # noqa: S308
+
+    @admin.display(description="waiting on")
+    def waiting_on(self, obj: Run) -> str:
+        """The tool calls a waiting run asks its owner to decide (the chat decides them)."""
+        action = required_action(obj)
+        if not action:
+            return "–"
+        return ", ".join(call["tool"] for call in action["tool_calls"]) or "–"
 
     @admin.display(description="started by")
     def started_by(self, obj: Run) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Exists, OuterRef
 from django.http import HttpRequest, HttpResponse
@@ -9,11 +10,13 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from . import permissions
 from .errors import AppError
 from .models import HistoryEvent, Message, Part, Session, Share
 from .selectors import active_path
 from .services import revert as revert_services
 from .services import rollback as rollback_services
+from .services import sessions as session_services
 from .services import sharing
 
 
@@ -117,8 +120,25 @@ class MessageInline(admin.TabularInline):
         return False
 
 
+class SessionForm(forms.ModelForm):
+    class Meta:
+        model = Session
+        fields = ("title", "permissions")
+        help_texts = {
+            "permissions": 'Tool rules: {"write": "ask", "shell": {"git *": "allow", "**": "ask"}}'
+            " (allow, ask or deny; patterns on the path or command)."
+        }
+
+    def clean_permissions(self) -> dict:
+        try:
+            return permissions.validate(self.cleaned_data.get("permissions"))
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc)) from exc
+
+
 @admin.register(Session)
 class SessionAdmin(OwnedAdmin):
+    form = SessionForm
     list_display = (
         "id",
         "title",
@@ -277,8 +297,20 @@ class SessionAdmin(OwnedAdmin):
             self.message_user(request, f"{verb} {done} session(s).")
 
     def get_readonly_fields(self, request: HttpRequest, obj=None):  # noqa: ANN001, ANN201
-        fields = [f.name for f in self.model._meta.fields if f.name != "title"]
+        editable = ("title", "permissions")
+        fields = [f.name for f in self.model._meta.fields if f.name not in editable]
         return [("forked_from" if f == "forked_from_session" else f) for f in fields]
+
+    def save_model(self, request: HttpRequest, obj: Session, form, change: bool) -> None:  # noqa: ANN001
+        """Only what the form edits is written (the service's UPDATE), never the whole row
+        read when the page opened: a run may have moved the head or the lock since."""
+        session_services.update_session(
+            session=obj,
+            title=form.cleaned_data.get("title") if "title" in form.changed_data else None,
+            permissions=(
+                form.cleaned_data.get("permissions") if "permissions" in form.changed_data else None
+            ),
+        )
 
 
 @admin.register(Message)

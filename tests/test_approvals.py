@@ -5,6 +5,8 @@ restarted while the run waits) is tests/e2e/test_approvals_e2e.py."""
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import Permission
+from django.test import Client
 
 from runs_app.host import host
 from runs_app.models import Run
@@ -211,3 +213,26 @@ def test_patterns_the_most_specific_wins_and_defaults_come_first(settings):
     merged = permissions.in_force({"write": {"**": "ask"}})
     assert merged == {"shell": "ask", "write": {"*.lock": "deny", "**": "ask"}}
     assert permissions.in_force({"shell": "allow"})["shell"] == "allow"
+
+
+def test_the_admin_edits_permissions_and_lists_waiting_runs(api, owner):
+    owner.is_staff = True
+    owner.save()
+    owner.user_permissions.set(
+        Permission.objects.filter(codename__in=["view_session", "change_session", "view_run"])
+    )
+    sid = new_session(api, permissions={"write": "ask"})
+    run = run_turn(api, sid, "write a.txt x", status="requires_action")
+    admin = Client()
+    admin.force_login(owner)
+    listing = admin.get("/admin/runs_app/run/?waiting=yes").content.decode()
+    assert run["id"] in listing and "write" in listing
+    change = f"/admin/sessions_app/session/{sid}/change/"
+    bad = admin.post(change, {"title": "t", "permissions": '{"write": "perhaps"}'})
+    assert bad.status_code == 200 and "allow, ask, deny" in bad.content.decode()
+    ok = admin.post(change, {"title": "renamed", "permissions": '{"shell": "deny"}'})
+    assert ok.status_code == 302
+    stored = Session.objects.get(id=sid)
+    assert stored.permissions == {"shell": "deny"} and stored.title == "renamed"
+    # Only the edited fields were written: the waiting run still holds the session.
+    assert stored.status == "waiting" and stored.busy_run_id == run["id"]
