@@ -1,5 +1,5 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
-snapshots, abort, fork, load.
+sandbox, snapshots, abort, fork, load.
 
 Sets up a private environment (database ``agentplat_bench``, Redis db 5, free ports, a temp
 workspace), runs the selected benchmarks, prints each result beside its floor or baseline with
@@ -19,7 +19,17 @@ from typing import Any
 
 from . import env as benv
 
-BENCHES = ("streaming", "checkpoint", "history", "memory", "snapshots", "abort", "fork", "load")
+BENCHES = (
+    "streaming",
+    "checkpoint",
+    "history",
+    "memory",
+    "snapshots",
+    "abort",
+    "fork",
+    "load",
+    "sandbox",
+)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -382,6 +392,14 @@ def main(argv: list[str] | None = None) -> int:
             r = abort.run(env, quick=args.quick)
             results["abort"] = r
             printed.append(abort.report(r))
+            print("\n" + printed[-1] + "\n", flush=True)
+        if "sandbox" in selected:
+            print("bench: shell sandbox ...", flush=True)
+            from . import sandbox
+
+            r = sandbox.run(quick=args.quick)
+            results["sandbox"] = r
+            printed.append(sandbox.report(r))
             print("\n" + printed[-1] + "\n", flush=True)
     finally:
         env.close()
