@@ -196,8 +196,11 @@ def cancel_waiting(run: Run, *, reason: str = "cancelled") -> Run:
         if not updated:
             return run
         now = time.time()
-        waiting = Part.objects.filter(
-            message__run_id=run.id, type=Part.Type.TOOL, state__status="pending"
+        waiting = Part.objects.filter(  # the parked batch: undecided and decided-not-run
+            session_id=run.session_id,
+            type=Part.Type.TOOL,
+            state__status="pending",
+            state__has_key="approval",
         )
         for part in waiting:
             state = dict(part.state or {})

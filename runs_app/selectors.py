@@ -41,10 +41,12 @@ def _branch_data(branch: dict | None) -> dict | None:
 
 
 def waiting_calls(run: Run) -> list[Part]:
-    """The run's tool calls that wait for the owner's decision, in call order."""
+    """The tool calls that ``run`` waits on, in call order: the session's undecided calls
+    (one run at most waits in a session, as it holds it; a resume or a fork's run may wait on
+    calls another run made)."""
     return list(
         Part.objects.filter(
-            message__run_id=run.id,
+            session_id=run.session_id,
             type=Part.Type.TOOL,
             state__status="pending",
             state__approval__status="requested",

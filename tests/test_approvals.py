@@ -236,3 +236,25 @@ def test_the_admin_edits_permissions_and_lists_waiting_runs(api, owner):
     assert stored.permissions == {"shell": "deny"} and stored.title == "renamed"
     # Only the edited fields were written: the waiting run still holds the session.
     assert stored.status == "waiting" and stored.busy_run_id == run["id"]
+
+
+def test_a_fork_of_a_waiting_session_asks_again_there(api):
+    sid = new_session(api, permissions={"write": "ask"})
+    run = run_turn(api, sid, "write a.txt x", status="requires_action")
+    fork = api.post(f"/api/sessions/{sid}/fork/", {}, format="json").json()
+    assert fork["status"] == "idle"
+    copied = api.get(f"/api/sessions/{fork['id']}/runs/").json()
+    assert [r["status"] for r in copied] == ["cancelled"], "no second waiting run"
+    # Revert and rollback wait for the decision, as for a busy session.
+    assert api.post(f"/api/sessions/{sid}/rollback/", {"num_turns": 1}, "json").status_code == 409
+    # In the fork, resume meets the undecided call and asks its owner again.
+    resumed = api.post(
+        f"/api/sessions/{fork['id']}/runs/", {"mode": "resume", "wait": True}, format="json"
+    ).json()
+    assert resumed["status"] == "requires_action"
+    (call,) = resumed["required_action"]["tool_calls"]
+    approve(api, resumed["id"], call["part_id"], "allow")
+    assert settled(api, resumed["id"])["status"] == "completed"
+    assert (Session.objects.get(id=fork["id"]).worktree / "a.txt").read_text() == "x"
+    assert not (Session.objects.get(id=sid).worktree / "a.txt").exists()
+    assert Run.objects.get(id=run["id"]).status == "requires_action", "the source still waits"

@@ -40,7 +40,7 @@ def decide(*, run: Run, user: Any, part_id: str, decision: str, reason: str = ""
             raise ConflictError(f"Run {run.id} is not waiting for a decision ({run.status}).")
         part = (
             Part.objects.select_for_update()
-            .filter(id=part_id, message__run_id=run.id, type=Part.Type.TOOL)
+            .filter(id=part_id, session_id=run.session_id, type=Part.Type.TOOL)
             .first()
         )
         state = dict((part.state if part else None) or {})

@@ -144,7 +144,7 @@ def _copy(
     *,
     same_owner: bool,
 ) -> None:
-    unfinished = "r.status IN ('pending', 'running')"
+    unfinished = "r.status IN ('pending', 'running', 'requires_action')"
     statements = [
         (
             Message,
