@@ -754,6 +754,7 @@ def parked_step(message: Message) -> tuple[int, str] | None:
 
 
 PREVIEW_MAX = 20_000
+PREVIEW_DIFF_BYTES = 1_000_000
 
 
 def approval_preview(worktree: Any, tool: str, args: Any) -> str:
@@ -765,12 +766,19 @@ def approval_preview(worktree: Any, tool: str, args: Any) -> str:
     if tool not in ("write", "append", "delete"):
         return json.dumps(args)[:PREVIEW_MAX]
     path = args.get("path")
+    content = args.get("content") if isinstance(args.get("content"), str) else ""
     try:
         target = resolve(worktree, path)
-        old = target.read_text(errors="replace") if target.is_file() else ""
+        size = target.stat().st_size if target.is_file() else 0
+        if size > PREVIEW_DIFF_BYTES or len(content) > PREVIEW_DIFF_BYTES:
+            # A diff of megabytes would take long to make and nobody reads it in a card.
+            return (
+                f"{tool} {path}: {size:,} bytes now, {len(content):,} bytes given"
+                " (too large to show as a diff)"
+            )
+        old = target.read_text(errors="replace") if size else ""
     except (ToolError, OSError):
         return f"{tool} {path!r}"[:PREVIEW_MAX]
-    content = args.get("content") if isinstance(args.get("content"), str) else ""
     new = {"write": content, "append": old + content + "\n", "delete": ""}[tool]
     diff = difflib.unified_diff(
         old.splitlines(keepends=True),

@@ -267,9 +267,7 @@ async def run(
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        # What the sandbox's first process (bwrap's) is given: nothing of the server's.
-        env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
-        cwd="/",
+        **_process_args(worktree),
     )
     assert proc.stdout is not None
     keep = settings.AGENT_SHELL_OUTPUT_MAX
@@ -329,6 +327,16 @@ async def run(
         stopped=stopped,
         seconds=time.monotonic() - started,
     )
+
+
+def _process_args(worktree: Path) -> dict:
+    """Environment and directory of the first process: nothing of the server's. In the
+    sandbox (bwrap's own ``--chdir``/``--setenv`` place the command); unconfined
+    (``AGENT_SHELL_SANDBOX=off``), the worktree itself."""
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+    if settings.AGENT_SHELL_SANDBOX == "off":
+        return {"env": {**env, "HOME": str(worktree)}, "cwd": str(worktree)}
+    return {"env": env, "cwd": "/"}
 
 
 def _kill_group(pgid: int) -> None:

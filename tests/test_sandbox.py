@@ -211,3 +211,11 @@ def test_without_bubblewrap_the_shell_is_disabled_with_a_reason(worktree, monkey
     assert "shell" not in {t.name for t in available_tools()}
     with pytest.raises(ToolError, match="bubblewrap"):
         shell(worktree, "echo never")
+
+
+def test_off_runs_unconfined_in_the_worktree_with_the_limits(worktree, settings):
+    settings.AGENT_SHELL_SANDBOX = "off"
+    assert sandbox.unavailable_reason() == ""
+    assert shell(worktree, "pwd; echo $HOME") == f"{worktree}\n{worktree}\n"
+    settings.WORKTREE_MAX_FILE_BYTES = 1000
+    assert "File size limit" in failing(worktree, "head -c 5000 /dev/zero > big")
