@@ -222,7 +222,7 @@ def report_memory(r: dict[str, Any]) -> str:
     e, late = r["at"]["early"], r["at"]["late"]
     rows = [
         [
-            "worker RSS MiB (parent + 2 pool children)",
+            "worker RSS MiB (the worker process and its children)",
             _f(r["worker_early_mib"]),
             _f(r["worker_late_mib"]),
             _f(r["worker_ratio"], 3) + "x",
@@ -255,6 +255,15 @@ def report_memory(r: dict[str, Any]) -> str:
         ],
     )
     return t1 + "\n\n" + t2
+
+
+def _record(
+    results: dict[str, Any], printed: list[str], name: str, r: dict[str, Any], text: str
+) -> None:
+    """Keep a benchmark's results and print its report as soon as it is done."""
+    results[name] = r
+    printed.append(text)
+    print("\n" + text + "\n", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,70 +346,52 @@ def main(argv: list[str] | None = None) -> int:
 
             r = streaming.run(env, quick=args.quick, sessions=args.sessions, old=not args.no_old)
             r["database"] = database
-            results["streaming"] = r
-            printed.append(report_streaming(r))
-            print("\n" + printed[-1] + "\n", flush=True)
+            _record(results, printed, "streaming", r, report_streaming(r))
         if "checkpoint" in selected or "history" in selected:
             print("bench: checkpoint / history ...", flush=True)
             from . import checkpoint
 
             r = checkpoint.run(env, quick=args.quick)
             if "checkpoint" in selected:
-                results["checkpoint"] = r
-                printed.append(report_checkpoint(r))
-                print("\n" + printed[-1] + "\n", flush=True)
+                _record(results, printed, "checkpoint", r, report_checkpoint(r))
             if "history" in selected:
-                results["history"] = r
-                printed.append(report_history(r))
-                print("\n" + printed[-1] + "\n", flush=True)
+                _record(results, printed, "history", r, report_history(r))
         if "memory" in selected:
             print(f"bench: memory ({runs} runs, {args.clients} clients) ...", flush=True)
             from . import memory
 
             r = memory.run(env, runs=runs, clients=args.clients)
-            results["memory"] = r
-            printed.append(report_memory(r))
-            print("\n" + printed[-1] + "\n", flush=True)
+            _record(results, printed, "memory", r, report_memory(r))
         if "snapshots" in selected:
             print("bench: snapshots ...", flush=True)
             from . import snapshot_bench
 
             r = snapshot_bench.run(quick=args.quick)
-            results["snapshots"] = r
-            printed.append(snapshot_bench.report(r))
-            print("\n" + printed[-1] + "\n", flush=True)
+            _record(results, printed, "snapshots", r, snapshot_bench.report(r))
         if "fork" in selected:
             print("bench: session fork / checkpoint bytes vs agno ...", flush=True)
             from . import fork
 
             r = fork.run(env, quick=args.quick)
-            results["fork"] = r
-            printed.append(fork.report(r))
-            print("\n" + printed[-1] + "\n", flush=True)
+            _record(results, printed, "fork", r, fork.report(r))
         if "load" in selected:
             print("bench: load (50 sessions + 200 websockets + API; 100 prompts) ...", flush=True)
             from . import load
 
             r = load.run(env, quick=args.quick)
-            results["load"] = r
-            printed.append(load.report(r))
-            print("\n" + printed[-1] + "\n", flush=True)
+            _record(results, printed, "load", r, load.report(r))
         if "abort" in selected:
             print("bench: abort / recovery ...", flush=True)
             from . import abort
 
             r = abort.run(env, quick=args.quick)
-            results["abort"] = r
-            printed.append(abort.report(r))
-            print("\n" + printed[-1] + "\n", flush=True)
+            _record(results, printed, "abort", r, abort.report(r))
         if "sandbox" in selected:
             print("bench: shell sandbox ...", flush=True)
             from . import sandbox
 
             r = sandbox.run(quick=args.quick)
-            results["sandbox"] = r
-            printed.append(sandbox.report(r))
-            print("\n" + printed[-1] + "\n", flush=True)
+            _record(results, printed, "sandbox", r, sandbox.report(r))
     finally:
         env.close()
         RESULTS.mkdir(exist_ok=True)

@@ -8,7 +8,10 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
+
+import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -248,3 +251,37 @@ def services_available() -> bool:
     return os.environ.get("DATABASE_URL", "").startswith("postgres") and bool(
         os.environ.get("REDIS_URL")
     )
+
+
+@dataclass
+class ApiStack:
+    """Daphne in services mode (its Celery workers started by the test), a user with an API
+    token and an HTTP client of theirs: what most end-to-end tests begin with."""
+
+    env: dict[str, str]
+    host: str
+    token: str
+    http: httpx.Client
+    workspace: Path
+
+
+def api_stack(procs: Processes, tmp_path: Path, username: str, **env: str) -> ApiStack:
+    """Needs the database (``django_db(transaction=True)``): the user is made here."""
+    from django.conf import settings
+    from django.contrib.auth.models import User
+    from rest_framework.authtoken.models import Token
+
+    workspace = tmp_path / "ws"
+    full_env = base_env(
+        DATABASE_URL=services_database_url(),
+        REDIS_URL=settings.REDIS_URL,
+        WORKSPACE_ROOT=str(workspace),
+        **env,
+    )
+    user = User.objects.create_user(username, password="pw")
+    token = Token.objects.create(user=user).key
+    host = procs.daphne(full_env, tmp_path)
+    http = httpx.Client(
+        base_url=f"http://{host}", headers={"Authorization": f"Token {token}"}, timeout=60
+    )
+    return ApiStack(full_env, host, token, http, workspace)

@@ -10,13 +10,10 @@ import time
 
 import httpx
 import pytest
-from django.conf import settings
-from django.contrib.auth.models import User
-from rest_framework.authtoken.models import Token
 
 from tests.conftest import wait_until
 
-from .stack import base_env, services_database_url
+from .stack import api_stack
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -27,20 +24,9 @@ def _run(http: httpx.Client, run_id: str) -> dict:
 
 @pytest.mark.django_db(transaction=True)
 def test_an_approval_after_every_worker_restarted_completes_the_run(procs, tmp_path):
-    workspace = tmp_path / "ws"
-    env = base_env(
-        DATABASE_URL=services_database_url(),
-        REDIS_URL=settings.REDIS_URL,
-        WORKSPACE_ROOT=str(workspace),
-        RUN_LEASE_SECONDS="2",
-    )
-    user = User.objects.create_user("approver", password="pw")
-    token = Token.objects.create(user=user).key
-    host = procs.daphne(env, tmp_path)
+    stack = api_stack(procs, tmp_path, "approver", RUN_LEASE_SECONDS="2")
+    env, http, workspace = stack.env, stack.http, stack.workspace
     worker = procs.worker(env, tmp_path)
-    http = httpx.Client(
-        base_url=f"http://{host}", headers={"Authorization": f"Token {token}"}, timeout=30
-    )
     try:
         sid = http.post(
             "/api/sessions/", json={"title": "ask", "permissions": {"write": "ask"}}

@@ -18,13 +18,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from django.conf import settings
-from django.contrib.auth.models import User
-from rest_framework.authtoken.models import Token
 
 from tests.conftest import wait_until
 
-from .stack import base_env, services_database_url
+from .stack import api_stack
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -33,20 +30,8 @@ TERMINAL = ("completed", "error", "cancelled")
 
 
 def _setup(procs, tmp_path, **env_extra: str):  # noqa: ANN001, ANN202
-    env = base_env(
-        DATABASE_URL=services_database_url(),
-        REDIS_URL=settings.REDIS_URL,
-        WORKSPACE_ROOT=str(tmp_path / "ws"),
-        SESSIONS_PER_USER_MAX="0",
-        **env_extra,
-    )
-    user = User.objects.create_user("many", password="pw")
-    token = Token.objects.create(user=user).key
-    host = procs.daphne(env, tmp_path)
-    http = httpx.Client(
-        base_url=f"http://{host}", headers={"Authorization": f"Token {token}"}, timeout=60
-    )
-    return env, http
+    stack = api_stack(procs, tmp_path, "many", SESSIONS_PER_USER_MAX="0", **env_extra)
+    return stack.env, stack.http
 
 
 def _start(http: httpx.Client, script: str) -> list[tuple[str, str]]:

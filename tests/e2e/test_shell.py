@@ -12,14 +12,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from django.conf import settings
-from django.contrib.auth.models import User
-from rest_framework.authtoken.models import Token
 
 from tests.conftest import wait_until
 
 from .flow import Events
-from .stack import base_env, services_database_url
+from .stack import api_stack
 
 pytestmark = [
     pytest.mark.timeout(240),
@@ -52,20 +49,9 @@ def _alive(marker: str) -> list[str]:
 
 @pytest.mark.django_db(transaction=True)
 def test_shell_output_streams_and_a_cancel_stops_the_command_at_once(procs, tmp_path):
-    workspace = tmp_path / "ws"
-    env = base_env(
-        DATABASE_URL=services_database_url(),
-        REDIS_URL=settings.REDIS_URL,
-        WORKSPACE_ROOT=str(workspace),
-        AGENT_ALLOW_SHELL="true",
-    )
-    user = User.objects.create_user("sheller", password="pw")
-    token = Token.objects.create(user=user).key
-    host = procs.daphne(env, tmp_path)
-    procs.worker(env, tmp_path)
-    http = httpx.Client(
-        base_url=f"http://{host}", headers={"Authorization": f"Token {token}"}, timeout=30
-    )
+    stack = api_stack(procs, tmp_path, "sheller", AGENT_ALLOW_SHELL="true")
+    procs.worker(stack.env, tmp_path)
+    http, host, token, workspace = stack.http, stack.host, stack.token, stack.workspace
     try:
         # 1. Output line by line, while the command runs; a reload sees the output so far.
         sid = http.post("/api/sessions/", json={"title": "shell"}).json()["id"]
