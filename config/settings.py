@@ -333,6 +333,13 @@ STREAM_FRAME_SESSIONS = float(os.environ.get("STREAM_FRAME_SESSIONS", "50"))
 STREAM_FRAME_MAX_MS = float(os.environ.get("STREAM_FRAME_MAX_MS", "150"))
 # Streamed text is written to the database at most this often while a step streams.
 STREAM_FLUSH_SECONDS = float(os.environ.get("STREAM_FLUSH_SECONDS", "0.5"))
+# Context compaction (SEMANTICS 10): before a model call whose transcript would pass
+# context window × AGENT_COMPACT_AT (tokens, estimated as characters / 4), older turns are
+# summarised. The scripted model's window is SCRIPTED_CONTEXT_WINDOW; other models'
+# AGENT_CONTEXT_WINDOW.
+AGENT_COMPACT_AT = float(os.environ.get("AGENT_COMPACT_AT", "0.8"))
+SCRIPTED_CONTEXT_WINDOW = int(os.environ.get("SCRIPTED_CONTEXT_WINDOW", "128000"))
+AGENT_CONTEXT_WINDOW = int(os.environ.get("AGENT_CONTEXT_WINDOW", "128000"))
 SCRIPTED_DEFAULT_PACE_MS = float(os.environ.get("SCRIPTED_DEFAULT_PACE_MS", "15"))
 # The run host (runs_app/host.py): every live run of a process is a coroutine on one loop.
 # At most RUN_HOST_CAPACITY live runs a process (more wait for room; the broker hands them to

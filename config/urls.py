@@ -44,6 +44,7 @@ api = [
     path("sessions/<str:session_id>/runs/", session_runs({"get": "list", "post": "create"})),
     path("sessions/<str:session_id>/runs/stream/", session_runs({"post": "stream"})),
     path("sessions/<str:session_id>/abort/", session_runs({"post": "abort"})),
+    path("sessions/<str:session_id>/compact/", session_runs({"post": "compact"})),
     path("parts/<str:part_id>/", session_views.PartViewSet.as_view({"get": "retrieve"})),
     path("runs/<str:run_id>/", runs({"get": "retrieve"})),
     path("runs/<str:run_id>/messages/", runs({"get": "transcript"})),

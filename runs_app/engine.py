@@ -34,7 +34,7 @@ from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
 from sessions_app.services.revert import cleanup_session
 
-from . import lifecycle, sandbox
+from . import compaction, lifecycle, sandbox
 from .checkpoint import Checkpointer
 from .control import RunControl, RunHostLike
 from .models import Run
@@ -129,6 +129,13 @@ class AgentLoop:
             run.status = Run.Status.RUNNING
             self.emit(events.RUN_UPDATED, run=run_data(run))
             self.emit(events.SESSION_STATUS, status="busy", run_id=run.id)
+            if run.mode == Run.Mode.COMPACT:
+                # "Compact now": the summary, nothing else (SEMANTICS 10, result "compact").
+                self.history = await self.db(active_path, self.session)
+                await self.compact(force=True)
+                run.result = "compact"
+                await self.finish(Run.Status.COMPLETED, None)
+                return
             async with self.host.starting():
                 if not await self.start_up():
                     # Resume with nothing unfinished: the turn had ended; no model call, no tool.
@@ -325,6 +332,7 @@ class AgentLoop:
             self.check()
             # Rule 1.5: before every step (a no-op after a step that finished normally).
             await self.recover(mode="resume")
+            await self.compact()  # rule 10: when the next call would pass the budget
             called_tools = await self.step(index)
             if not called_tools:
                 return
@@ -468,6 +476,52 @@ class AgentLoop:
         self.emit(events.MESSAGE_UPDATED, message=message_data(message))
         if changed:
             self.publish_diff(before, after)
+
+    async def compact(self, *, force: bool = False) -> bool:
+        """SEMANTICS 10: when the transcript the next model call would be sent passes the
+        model's budget (or ``force``), summarise the path before the latest user message
+        with a model call of its own and write the summary as a message on the path. True
+        when it did."""
+        model = self.run.model or self.session.model or settings.AGENT_MODEL
+        limit = compaction.budget(model)
+        before = compaction.estimate_tokens(
+            model_messages(self.history, self.session.system_prompt)
+        )
+        if not force and before <= limit:
+            return False
+        cut = compaction.cut_point(self.history)
+        if cut is None:
+            return False  # the latest turn alone: nothing older to summarise
+        request = compaction.summary_request(self.history, cut, self.session.system_prompt, limit)
+        summary: list[str] = []
+        async for event in self.provider.astream(request, [], should_abort=self.aborted):
+            if isinstance(event, TextDelta):
+                summary.append(event.text)
+            elif isinstance(event, Finish):
+                for key, value in event.usage.items():
+                    self.usage[key] = self.usage.get(key, 0) + int(value or 0)
+            self.check()
+        message = self.new_message(Message.Role.ASSISTANT)
+        message.completed_at = timezone.now()
+        part = self.new_part(
+            message,
+            Part.Type.COMPACTION,
+            text="".join(summary).strip(),
+            data={"replaced": cut, "tokens_before": before},
+        )
+        part.data["tokens_after"] = compaction.estimate_tokens(
+            model_messages(self.history, self.session.system_prompt)
+        )
+        await self.db(self.writer.flush)
+        self.emit(events.MESSAGE_UPDATED, message=message_data(message))
+        log.info(
+            "run %s compacted %d messages (%d → %d tokens)",
+            self.run.id,
+            cut,
+            before,
+            part.data["tokens_after"],
+        )
+        return True
 
     async def stream(self, message: Message) -> list[ToolCall]:
         specs = [t.spec() for t in self.tools.values()]

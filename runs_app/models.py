@@ -15,6 +15,7 @@ class Run(models.Model):
         RESUME = "resume"
         CONTINUE = "continue"
         REGENERATE = "regenerate"
+        COMPACT = "compact"  # "Compact now": summarise older turns, nothing else
 
     class Status(models.TextChoices):
         PENDING = "pending"

@@ -57,10 +57,35 @@ def entries(message: Message) -> list[dict[str, Any]]:
     return out
 
 
-def model_messages(history: list[Message], system_prompt: str = "") -> list[dict[str, Any]]:
+SUMMARY_PREFIX = "Summary of the conversation so far (older messages were compacted):\n"
+
+
+def compacted_from(history: list[Message]) -> tuple[int, str] | None:
+    """The newest compaction on ``history`` (SEMANTICS 10): ``(n, summary)``, the first
+    ``n`` messages of the path being replaced by ``summary``; None when there is none."""
+    for index in range(len(history) - 1, -1, -1):
+        for part in getattr(history[index], "loaded_parts", []):
+            if part.type == Part.Type.COMPACTION:
+                replaced = int((part.data or {}).get("replaced") or 0)
+                if 0 < replaced <= index:
+                    return replaced, part.text
+    return None
+
+
+def model_messages(
+    history: list[Message], system_prompt: str = "", *, original: bool = False
+) -> list[dict[str, Any]]:
+    """What the model is sent: the system prompt, then each message's entries — from the
+    newest compaction on, its summary in place of the messages it replaced (``original``:
+    every message, as stored)."""
     out: list[dict[str, Any]] = []
     if system_prompt:
         out.append({"role": "system", "content": system_prompt})
+    compacted = None if original else compacted_from(history)
+    if compacted is not None:
+        replaced, summary = compacted
+        out.append({"role": "user", "content": SUMMARY_PREFIX + summary})
+        history = history[replaced:]
     for message in history:
         out.extend(entries(message))
     return out

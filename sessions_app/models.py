@@ -107,6 +107,9 @@ class Part(models.Model):
         STEP_FINISH = "step-finish"
         PATCH = "patch"
         FILE = "file"
+        # A summary that replaces the path's first ``data.replaced`` messages for the model
+        # (SEMANTICS 10); the messages themselves stay.
+        COMPACTION = "compaction"
 
     id = models.CharField(primary_key=True, max_length=40, default=ids.part_id, editable=False)
     # Indexed by the (message, order) index below.

@@ -247,7 +247,7 @@ def part_data(part: Part, *, whole: bool = False) -> dict[str, Any]:
         "order": part.order,
         "type": part.type,
     }
-    if part.type in (Part.Type.TEXT, Part.Type.REASONING):
+    if part.type in (Part.Type.TEXT, Part.Type.REASONING, Part.Type.COMPACTION):
         data["text"] = field(part.text)
     if part.type == Part.Type.TOOL:
         data["call_id"] = part.call_id

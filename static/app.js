@@ -363,6 +363,13 @@ function renderPartBody(p) {
     if (s.status === "error") box.append(el("pre", "error", s.error || "error"));
     return box;
   }
+  if (p.type === "compaction") {
+    // A divider that opens to the summary the model sees in place of the older messages.
+    const box = el("details", "compaction");
+    box.append(el("summary", "", `Conversation compacted: ${p.replaced ?? "earlier"} messages summarised for the model`));
+    box.append(el("div", "text", p.text || ""));
+    return box;
+  }
   if (p.type === "patch") return el("div", "patch", "changed: " + (p.files || []).join(", "));
   return null;
 }
@@ -869,6 +876,11 @@ document.getElementById("revoke-share").addEventListener("click", async () => {
   } catch (err) { showError(err.message); }
 });
 document.getElementById("fork-session").addEventListener("click", () => forkAt(null));
+document.getElementById("compact").addEventListener("click", async () => {
+  showError("");
+  document.getElementById("session-menu").open = false;
+  await call("POST", api("/compact/"), {}).catch((err) => showError(err.message));
+});
 document.getElementById("prompt").addEventListener("keydown", (e) => {
   if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) document.getElementById("send").click();
 });

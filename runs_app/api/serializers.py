@@ -242,6 +242,12 @@ class ApproveIn(In):
     )
 
 
+class TranscriptQueryIn(serializers.Serializer):
+    original = Flag(
+        on=("1", "true"), help_text="Every message as stored, without compaction's summary."
+    )
+
+
 class RunsQueryIn(serializers.Serializer):
     all = Flag(on=("1", "true"), help_text="Also the runs a regenerate replaced.")
 

@@ -42,6 +42,7 @@ from .serializers import (
     RunsQueryIn,
     RunStreamIn,
     TranscriptEntryOut,
+    TranscriptQueryIn,
 )
 
 # ``wait``: 200 with the finished run; otherwise 202 with the run just admitted.
@@ -124,6 +125,12 @@ class SessionRunViewSet(SessionScopedViewSet):
         response["X-Accel-Buffering"] = "no"
         return response
 
+    @extend_schema(request=None, responses={202: RunOut})
+    def compact(self, request: Request, session_id: str) -> Response:
+        """Compact now: summarise the older turns for the model (the messages stay)."""
+        run = run_services.compact_session(session=self.get_object(), user=request.user)
+        return Response(run_data(run), status=status.HTTP_202_ACCEPTED)
+
     @extend_schema(request=None, responses={200: AbortOut})
     def abort(self, request: Request, session_id: str) -> Response:
         run = run_services.abort_session(session=self.get_object())
@@ -153,11 +160,15 @@ class RunViewSet(ApiViewSet):
     def retrieve(self, request: Request, run_id: str) -> Response:
         return Response(run_data(self.get_object()))
 
-    @extend_schema(responses={200: TranscriptEntryOut(many=True)})
+    @extend_schema(parameters=[TranscriptQueryIn], responses={200: TranscriptEntryOut(many=True)})
     def transcript(self, request: Request, run_id: str) -> Response:
-        """The run's transcript as model-API messages: what ``continue_from`` K counts."""
+        """The run's transcript as model-API messages: what the model is sent (a compaction's
+        summary in place of the messages it replaced); ``?original=1``: every message, which
+        is what ``continue_from`` K counts."""
         run = self.get_object()
-        return Response(model_messages(branching.run_path(run), run.session.system_prompt))
+        original = self.query(TranscriptQueryIn)["original"]
+        path = branching.run_path(run)
+        return Response(model_messages(path, run.session.system_prompt, original=original))
 
     @extend_schema(request=None, responses={202: RunOut})
     def cancel(self, request: Request, run_id: str) -> Response:

@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
+from ..compaction import MARKER
 from .base import (
     Finish,
     ProviderError,
@@ -111,6 +112,13 @@ class ScriptedProvider(SyncStream):
             yield Finish()
             return
         script = _content_text(messages[last_user].get("content"))
+        if script.startswith(MARKER):
+            # A compaction call (runs_app/compaction.py): a short, deterministic summary.
+            summary = scripted_summary(script)
+            async for delta in self._words(summary, 0, should_abort):
+                yield delta
+            yield Finish(usage={"output_tokens": len(summary.split())})
+            return
         after = messages[last_user + 1 :]
         rounds = sum(1 for m in after if m["role"] == "assistant" and m.get("tool_calls"))
         segments = parse(script)
@@ -179,6 +187,21 @@ class ScriptedProvider(SyncStream):
                 # at a steady rate: the time spent handling a word does not slow the next.
                 await asyncio.sleep(max(0.0, start + i * pace_ms / 1000.0 - time.monotonic()))
             yield TextDelta(word if i == 0 else " " + word)
+
+
+def scripted_summary(request: str, keep: int = 5, words: int = 10) -> str:
+    """What the scripted model answers to a compaction request: the user's latest requests
+    (their first words) and how many tool calls were made — bounded, whatever the input."""
+    asked, calls = [], 0
+    for line in request.splitlines():
+        if line.startswith("user: "):
+            text = line[len("user: ") :]
+            if not text.startswith("Summary of the conversation so far"):
+                asked.append(" ".join(text.split()[:words]))
+        if line.startswith("[calls] ") or "\n[calls] " in line:
+            calls += line.count("(")
+    recent = "; ".join(asked[-keep:]) or "nothing"
+    return f"Earlier, the user asked: {recent}. Tool calls made: {calls}."
 
 
 def _pace(rest: str, current: float) -> float:

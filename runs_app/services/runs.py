@@ -29,7 +29,9 @@ def check_run_input(
     request's shape (SEMANTICS 1.2: mode, messages, multitask_strategy, output_schema) is
     validated once, at the API's door (``runs_app.api.serializers.RunIn``, in the contract's
     words); callers in code (the admin, benchmarks) pass those values typed."""
-    return [] if mode == Run.Mode.RESUME else check_messages(messages or [])
+    if mode in (Run.Mode.RESUME, Run.Mode.COMPACT):
+        return []
+    return check_messages(messages or [])
 
 
 def check_messages(
@@ -77,6 +79,12 @@ def start_run(
             created_by=user if getattr(user, "is_authenticated", False) else None,
         )
         return admit(locked, run, defer_enqueue=defer_enqueue)
+
+
+def compact_session(*, session: Session, user) -> Run:  # noqa: ANN001
+    """ "Compact now": a run that summarises the path's older turns (SEMANTICS 10) and ends
+    with ``result: "compact"``; a busy session answers 409, like any run request."""
+    return start_run(session=session, user=user, mode=Run.Mode.COMPACT)
 
 
 def cancel_run(*, run: Run) -> Run:
