@@ -472,6 +472,15 @@ class FilePartOut(PartBase):
     pass
 
 
+class CompactionPartOut(PartBase):
+    """A summary the model sees in place of the path's first ``replaced`` messages."""
+
+    text = serializers.CharField(help_text="The summary.")
+    replaced = serializers.IntegerField(help_text="How many of the path's first messages.")
+    tokens_before = serializers.IntegerField()
+    tokens_after = serializers.IntegerField()
+
+
 PART_SHAPES: dict[Part.Type, type[PartBase]] = {
     Part.Type.TEXT: TextPartOut,
     Part.Type.REASONING: TextPartOut,
@@ -480,6 +489,7 @@ PART_SHAPES: dict[Part.Type, type[PartBase]] = {
     Part.Type.STEP_FINISH: StepPartOut,
     Part.Type.PATCH: PatchPartOut,
     Part.Type.FILE: FilePartOut,
+    Part.Type.COMPACTION: CompactionPartOut,
 }
 
 
