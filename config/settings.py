@@ -302,6 +302,12 @@ WORKSPACE_ROOT = Path(os.environ.get("WORKSPACE_ROOT", str(BASE_DIR / "var/works
 AGENT_MODEL = os.environ.get("AGENT_MODEL", "scripted")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "") or None
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "") or "not-needed"
+# anthropic:<model>: Anthropic's Messages API (unset base URL: the SDK's default).
+ANTHROPIC_BASE_URL = os.environ.get("ANTHROPIC_BASE_URL", "") or None
+ANTHROPIC_API_KEY = os.environ.get("ANTHROPIC_API_KEY", "") or "not-set"
+ANTHROPIC_MAX_TOKENS = int(os.environ.get("ANTHROPIC_MAX_TOKENS", "8192"))
+# Extended thinking's budget in tokens (0: off); streamed as reasoning parts.
+ANTHROPIC_THINKING_TOKENS = int(os.environ.get("ANTHROPIC_THINKING_TOKENS", "0"))
 AGENT_ALLOW_SHELL = _env_bool("AGENT_ALLOW_SHELL", False)
 # The shell tool runs in a bubblewrap sandbox (runs_app/sandbox.py); "off" (the operator's
 # choice, for a machine where every user is trusted) runs it unconfined, with the limits only.

@@ -257,7 +257,11 @@ def test_bodies_are_refused_in_whole_sentences(api):
     sid = api.post("/api/sessions/", {}, format="json").json()["id"]
     run = run_turn(api, sid, "say hi")
     cases = [
-        ("/api/sessions/", {"model": "gpt"}, "model must be 'scripted' or 'openai:<model>'."),
+        (
+            "/api/sessions/",
+            {"model": "gpt"},
+            "model must be 'scripted', 'openai:<model>' or 'anthropic:<model>'.",
+        ),
         (
             f"/api/sessions/{sid}/runs/",
             {"messages": [{"role": "system", "content": "x"}]},

@@ -78,3 +78,13 @@ class SyncStream:
         finally:
             loop.run_until_complete(events.aclose())
             loop.close()
+
+
+def error_message(exc: Exception) -> str:
+    """The message an API error carries in its body (OpenAI's and Anthropic's shape)."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return str(exc)

@@ -18,6 +18,7 @@ from .base import (
     SyncStream,
     TextDelta,
     ToolCall,
+    error_message,
 )
 
 
@@ -84,7 +85,7 @@ class OpenAIProvider(SyncStream):
                             reason = choice.finish_reason
         except openai.APIStatusError as exc:
             raise ProviderError(
-                f"The model endpoint answered HTTP {exc.status_code}: {_message(exc)}"
+                f"The model endpoint answered HTTP {exc.status_code}: {error_message(exc)}"
             ) from exc
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc.__context__
@@ -107,12 +108,3 @@ class OpenAIProvider(SyncStream):
                 raw_arguments=slot["args"],
             )
         yield Finish(usage=usage, reason=reason or "stop")
-
-
-def _message(exc: Exception) -> str:
-    body = getattr(exc, "body", None)
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-    return str(exc)

@@ -29,7 +29,7 @@ from .errors import SENTENCE
 
 CHECKPOINTS = Session.Checkpoint.values
 CHECKPOINT_MESSAGE = f"checkpoint must be one of {', '.join(CHECKPOINTS)}."
-MODEL_MESSAGE = "model must be 'scripted' or 'openai:<model>'."
+MODEL_MESSAGE = "model must be 'scripted', 'openai:<model>' or 'anthropic:<model>'."
 
 
 def refuse(message: str) -> serializers.ValidationError:
@@ -194,7 +194,7 @@ class SessionIn(In):
         allow_blank=True,
         max_length=200,
         default="",
-        help_text="'scripted' or 'openai:<model>'; empty: the deployment's AGENT_MODEL.",
+        help_text="'scripted', 'openai:<model>' or 'anthropic:<model>'; empty: AGENT_MODEL.",
     )
     system_prompt = serializers.CharField(
         required=False, allow_blank=True, max_length=100_000, default=""
@@ -214,7 +214,7 @@ class SessionIn(In):
     )
 
     def validate_model(self, value: str) -> str:
-        if value and value != "scripted" and not value.startswith("openai:"):
+        if value and value != "scripted" and not value.startswith(("openai:", "anthropic:")):
             raise refuse(MODEL_MESSAGE)
         return value
 
