@@ -300,6 +300,9 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 
 WORKSPACE_ROOT = Path(os.environ.get("WORKSPACE_ROOT", str(BASE_DIR / "var/workspaces")))
 AGENT_MODEL = os.environ.get("AGENT_MODEL", "scripted")
+# The models sessions may pick (sessions_app/models_catalog.py): JSON list of
+# {"name", "context_window", "price": {"input", "output", "cached_input"}} (USD per 1M tokens).
+AGENT_MODELS = os.environ.get("AGENT_MODELS", "")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "") or None
 OPENAI_API_KEY = os.environ.get("OPENAI_API_KEY", "") or "not-needed"
 # anthropic:<model>: Anthropic's Messages API (unset base URL: the SDK's default).

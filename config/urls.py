@@ -19,6 +19,7 @@ shared = session_views.SharedViewSet.as_view
 api = [
     path("health/", health),
     path("auth/token/", session_views.auth_token),
+    path("models/", session_views.ModelViewSet.as_view({"get": "list"})),
     path("sessions/", sessions({"get": "list", "post": "create"})),
     path(
         "sessions/<str:session_id>/",

@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings
 
+from sessions_app import models_catalog
 from sessions_app.models import Message, Part
 
 from .transcript import compacted_from, entries, model_messages
@@ -43,9 +44,8 @@ def estimate_tokens(messages: list[dict[str, Any]]) -> int:
 
 
 def context_window(model: str) -> int:
-    if not model or model == "scripted":
-        return settings.SCRIPTED_CONTEXT_WINDOW
-    return settings.AGENT_CONTEXT_WINDOW
+    """The model's window: its ``AGENT_MODELS`` entry, or the default of its kind."""
+    return models_catalog.info(model or "scripted").context_window
 
 
 def budget(model: str) -> int:

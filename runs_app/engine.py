@@ -29,7 +29,7 @@ from django.db import (
 )
 from django.utils import timezone
 
-from sessions_app import events, permissions, snapshots
+from sessions_app import events, models_catalog, permissions, snapshots
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
 from sessions_app.services.revert import cleanup_session
@@ -77,7 +77,10 @@ class AgentLoop:
         self.head_id: str | None = self.session.head_id
         self.tree: str | None = None
         self.first_tree: str | None = None
-        self.usage: dict[str, int] = {}
+        # What the run used so far (a resumed run adds to it); ``usage_start``: before this
+        # execution, so the session's sum gets only what this one adds.
+        self.usage: dict[str, Any] = dict(run.usage or {})
+        self.usage_start: dict[str, Any] = dict(self.usage)
 
     # -- helpers ------------------------------------------------------------------------------
     def aborted(self) -> bool:
@@ -477,6 +480,24 @@ class AgentLoop:
         if changed:
             self.publish_diff(before, after)
 
+    def count(self, usage: dict[str, Any]) -> dict[str, Any]:
+        """One model call's usage with its cost (the model's price in ``AGENT_MODELS``),
+        added to the run's: what the call's message records."""
+        model = self.run.model or self.session.model or settings.AGENT_MODEL
+        spent = {k: int(v or 0) for k, v in usage.items()}
+        spent["cost_usd"] = models_catalog.cost(model, spent)
+        self.usage = models_catalog.add_usage(self.usage, {**spent, "calls": 1})
+        return spent
+
+    def usage_added(self) -> dict[str, Any]:
+        """What this execution used (the run's usage minus what it had when it began)."""
+        added = {}
+        for key, value in self.usage.items():
+            before = self.usage_start.get(key, 0)
+            if value != before:
+                added[key] = round(value - before, 8) if key == "cost_usd" else value - before
+        return added
+
     async def compact(self, *, force: bool = False) -> bool:
         """SEMANTICS 10: when the transcript the next model call would be sent passes the
         model's budget (or ``force``), summarise the path before the latest user message
@@ -494,15 +515,16 @@ class AgentLoop:
             return False  # the latest turn alone: nothing older to summarise
         request = compaction.summary_request(self.history, cut, self.session.system_prompt, limit)
         summary: list[str] = []
+        spent: dict[str, Any] = {}
         async for event in self.provider.astream(request, [], should_abort=self.aborted):
             if isinstance(event, TextDelta):
                 summary.append(event.text)
             elif isinstance(event, Finish):
-                for key, value in event.usage.items():
-                    self.usage[key] = self.usage.get(key, 0) + int(value or 0)
+                spent = self.count(event.usage)
             self.check()
         message = self.new_message(Message.Role.ASSISTANT)
         message.completed_at = timezone.now()
+        message.tokens = spent
         part = self.new_part(
             message,
             Part.Type.COMPACTION,
@@ -563,9 +585,7 @@ class AgentLoop:
                 message.structured = event.value
                 self.run.output = event.value
             elif isinstance(event, Finish):
-                for key, value in event.usage.items():
-                    self.usage[key] = self.usage.get(key, 0) + int(value or 0)
-                message.tokens = dict(event.usage)
+                message.tokens = self.count(event.usage)
             self.check()
         for part in parts.values():
             self.emit(events.PART_UPDATED, part=part_data(part))
@@ -700,7 +720,8 @@ class AgentLoop:
 
     def _record_park(self) -> None:
         self.writer.flush()
-        lifecycle.park(self.run)
+        lifecycle.park(self.run, usage_added=self.usage_added())
+        self.usage_start = dict(self.usage)
 
     def publish_diff(self, before: str, after: str) -> None:
         diff = self.snap.diff_stat(before, after)
@@ -773,7 +794,7 @@ class AgentLoop:
 
     def _record_end(self) -> None:
         self.writer.flush()
-        lifecycle.finish(self.run)
+        lifecycle.finish(self.run, usage_added=self.usage_added())
 
 
 def turn_finished(history: list[Message]) -> bool:

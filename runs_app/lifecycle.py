@@ -43,7 +43,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from sessions_app import events
+from sessions_app import events, models_catalog
 from sessions_app.errors import SessionBusyError
 from sessions_app.models import Part, Session
 from sessions_app.selectors import part_data, session_data
@@ -137,11 +137,21 @@ def begin(run_id: str) -> Begun:
     return Begun(run)
 
 
-def finish(run: Run) -> None:
+def _add_usage(locked: Session, added: dict | None) -> None:
+    """Under the session row lock: the session's usage plus what a run's execution used."""
+    if added:
+        Session.objects.filter(id=locked.id).update(
+            usage=models_catalog.add_usage(locked.usage or {}, added)
+        )
+
+
+def finish(run: Run, *, usage_added: dict | None = None) -> None:
     """Record the end of a run that ran (``status``, ``error``, ``result``, ``output``,
-    ``usage``, ``finished_at`` set on ``run``) and hand the session over."""
+    ``usage``, ``finished_at`` set on ``run``) and hand the session over; ``usage_added``
+    (what this execution used) goes to the session's sum."""
     with transaction.atomic():
-        lock.lock_session(run.session_id)
+        locked = lock.lock_session(run.session_id)
+        _add_usage(locked, usage_added)
         Run.objects.filter(id=run.id).update(
             status=run.status,
             error=run.error,
@@ -158,10 +168,11 @@ def finish(run: Run) -> None:
         )
 
 
-def park(run: Run) -> None:
+def park(run: Run, *, usage_added: dict | None = None) -> None:
     """Record that ``run`` waits for its owner's decisions (its rows already written)."""
     with transaction.atomic():
-        lock.lock_session(run.session_id)
+        locked = lock.lock_session(run.session_id)
+        _add_usage(locked, usage_added)
         Run.objects.filter(id=run.id).update(status=Run.Status.REQUIRES_ACTION, usage=run.usage)
         run.status = Run.Status.REQUIRES_ACTION
         lock.park(run.session_id, run.id)

@@ -41,6 +41,8 @@ class Session(models.Model):
     # Tool permissions of this session (sessions_app/permissions.py), over the deployment's.
     permissions = models.JSONField(default=dict, blank=True)
     summary = models.JSONField(default=dict, blank=True)
+    # Tokens and cost of every model call of the session's runs, summed as each run ends.
+    usage = models.JSONField(default=dict, blank=True)
     # Rough size, in tokens, of the active path (recomputed by rollback).
     context_tokens = models.PositiveIntegerField(default=0)
     forked_from_session = models.ForeignKey(

@@ -187,6 +187,7 @@ def session_data(session: Session) -> dict[str, Any]:
         "system_prompt": session.system_prompt,
         "checkpoint": session.checkpoint,
         "context_tokens": session.context_tokens,
+        "usage": session.usage or {},
         "permissions": permissions.in_force(session.permissions),
         "created_at": _iso(session.created_at),
         "updated_at": _iso(session.updated_at),

@@ -45,7 +45,7 @@ function upsertMessage(m) {
   const entry = known || { partIds: [] };
   Object.assign(entry, {
     id: m.id, role: m.role, parent_id: m.parent_id, completed_at: m.completed_at,
-    error: m.error, run_id: m.run_id,
+    error: m.error, run_id: m.run_id, tokens: m.tokens || {},
   });
   messages.set(m.id, entry);
   if (!order.includes(m.id)) order.push(m.id);
@@ -271,6 +271,7 @@ function handle(ev) {
       const moved = !session || session.head_message_id !== ev.session.head_message_id;
       session = ev.session;
       renderPermissions();
+      renderModelPicker();
       setStatus(ev.session.status);
       const head = ev.session.head_message_id;
       if (moved && (!order.includes(head) || order[order.length - 1] !== head)) {
@@ -366,7 +367,12 @@ function renderPartBody(p) {
   if (p.type === "compaction") {
     // A divider that opens to the summary the model sees in place of the older messages.
     const box = el("details", "compaction");
-    box.append(el("summary", "", `Conversation compacted: ${p.replaced ?? "earlier"} messages summarised for the model`));
+    box.open = openTools.has(p.id); // kept open across renders once opened
+    const head = el("summary", "", `Conversation compacted: ${p.replaced ?? "earlier"} messages summarised for the model`);
+    head.addEventListener("click", () => {
+      if (box.open) openTools.delete(p.id); else openTools.add(p.id);
+    });
+    box.append(head);
     box.append(el("div", "text", p.text || ""));
     return box;
   }
@@ -500,7 +506,35 @@ function renderRevertBar() {
   bar.replaceChildren(head, list);
 }
 
+let lastOfRun = new Map(); // message id -> the usage line of the run it ends
+
+function usageLines() {
+  // Per run: the tokens and cost of its model calls (each assistant message records its
+  // call's), shown under the run's last message on the path.
+  const runs = new Map();
+  for (const id of order) {
+    const m = messages.get(id);
+    if (!m || m.role !== "assistant" || !m.run_id) continue;
+    const t = m.tokens || {};
+    const r = runs.get(m.run_id) || { last: id, input: 0, output: 0, cached: 0, cost: 0 };
+    r.last = id;
+    r.input += t.input_tokens || 0;
+    r.output += t.output_tokens || 0;
+    r.cached += t.cached_input_tokens || 0;
+    r.cost += t.cost_usd || 0;
+    runs.set(m.run_id, r);
+  }
+  lastOfRun = new Map();
+  for (const r of runs.values()) {
+    if (!r.input && !r.output) continue;
+    const cost = r.cost ? ` · $${r.cost.toFixed(r.cost < 0.01 ? 5 : 2)}` : "";
+    const cached = r.cached ? ` (${r.cached} cached)` : "";
+    lastOfRun.set(r.last, `run: ${r.input} tokens in${cached} · ${r.output} out${cost}`);
+  }
+}
+
 function render() {
+  usageLines();
   const box = document.getElementById("messages");
   const frag = document.createDocumentFragment();
   const dim = revertedIds();
@@ -519,6 +553,8 @@ function render() {
       div.append(node);
     }
     if (m.error && m.error.message) div.append(el("div", "msg-error", m.error.message));
+    const spent = lastOfRun.get(id);
+    if (spent) div.append(el("div", "usage muted", spent));
     if (div.childNodes.length) {
       div.append(revertButton(id));
       const actions = messageActions(m, id === lastAnswerId());
@@ -822,10 +858,26 @@ async function setPermission(tool, value) {
   } catch (err) { showError(err.message); }
 }
 
+let modelChoices = null;
+
+async function renderModelPicker() {
+  const pick = document.getElementById("model-picker");
+  if (!pick || !session) return;
+  if (!modelChoices) modelChoices = (await call("GET", "/api/models/")).results.map((m) => m.name);
+  const names = modelChoices.includes(session.model) ? modelChoices : [session.model, ...modelChoices];
+  pick.replaceChildren(...names.map((name) => {
+    const o = el("option", "", name);
+    o.value = name;
+    o.selected = name === session.model;
+    return o;
+  }));
+}
+
 async function start() {
   session = await call("GET", api("/"));
   setStatus(session.status);
   renderPermissions();
+  await renderModelPicker();
   await Promise.all([loadMessages(false), loadTree()]);
   ready = true;
   for (const ev of buffered.splice(0)) handle(ev);
@@ -876,6 +928,15 @@ document.getElementById("revoke-share").addEventListener("click", async () => {
   } catch (err) { showError(err.message); }
 });
 document.getElementById("fork-session").addEventListener("click", () => forkAt(null));
+document.getElementById("model-picker").addEventListener("change", async (e) => {
+  showError("");
+  try {
+    session = await call("PATCH", api("/"), { model: e.target.value });
+  } catch (err) {
+    showError(err.message);
+    renderModelPicker();
+  }
+});
 document.getElementById("compact").addEventListener("click", async () => {
   showError("");
   document.getElementById("session-menu").open = false;

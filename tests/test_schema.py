@@ -319,7 +319,7 @@ def test_bodies_are_refused_in_whole_sentences(api):
         ({"title": "x" * 201}, "title must be at most 200 characters."),
         (
             {"title": "x", "model": "y"},
-            "Only the title and permissions of a session can be changed.",
+            "Only the title, model and permissions of a session can be changed.",
         ),
     ]
     for body, message in patch:

@@ -108,8 +108,10 @@ class ScriptedProvider(SyncStream):
         should_abort: Callable[[], bool],
     ) -> AsyncIterator[StreamEvent]:
         last_user = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=None)
+        # Like a real model, it reports what it was sent (estimated as characters / 4).
+        prompt_tokens = sum(len(json.dumps(m, ensure_ascii=False)) for m in messages) // 4
         if last_user is None:
-            yield Finish()
+            yield Finish(usage={"input_tokens": prompt_tokens})
             return
         script = _content_text(messages[last_user].get("content"))
         if script.startswith(MARKER):
@@ -117,7 +119,9 @@ class ScriptedProvider(SyncStream):
             summary = scripted_summary(script)
             async for delta in self._words(summary, 0, should_abort):
                 yield delta
-            yield Finish(usage={"output_tokens": len(summary.split())})
+            yield Finish(
+                usage={"input_tokens": prompt_tokens, "output_tokens": len(summary.split())}
+            )
             return
         after = messages[last_user + 1 :]
         rounds = sum(1 for m in after if m["role"] == "assistant" and m.get("tool_calls"))
@@ -126,7 +130,9 @@ class ScriptedProvider(SyncStream):
             if rounds == 0 and not any(m["role"] == "assistant" for m in after):
                 async for delta in self._words(f"You said: {script.strip()}", 0, should_abort):
                     yield delta
-            yield Finish(usage={"output_tokens": len(script.split()) + 2})
+            yield Finish(
+                usage={"input_tokens": prompt_tokens, "output_tokens": len(script.split()) + 2}
+            )
             return
 
         pace = settings.SCRIPTED_DEFAULT_PACE_MS
@@ -141,7 +147,7 @@ class ScriptedProvider(SyncStream):
                 async for delta in self._words("done", pace, should_abort):
                     yield delta
                 emitted = 1
-            yield Finish(usage={"output_tokens": emitted})
+            yield Finish(usage=_usage(prompt_tokens, emitted))
             return
 
         segment = segments[rounds]
@@ -172,7 +178,9 @@ class ScriptedProvider(SyncStream):
                 arguments=args,
                 raw_arguments=json.dumps(args),
             )
-        yield Finish(usage={"output_tokens": emitted + len(segment.tools)})
+        yield Finish(
+            usage={"input_tokens": prompt_tokens, "output_tokens": emitted + len(segment.tools)}
+        )
 
     async def _words(
         self, text: str, pace_ms: float, should_abort: Callable[[], bool]
@@ -202,6 +210,10 @@ def scripted_summary(request: str, keep: int = 5, words: int = 10) -> str:
             calls += line.count("(")
     recent = "; ".join(asked[-keep:]) or "nothing"
     return f"Earlier, the user asked: {recent}. Tool calls made: {calls}."
+
+
+def _usage(prompt_tokens: int, output_tokens: int) -> dict[str, int]:
+    return {"input_tokens": prompt_tokens, "output_tokens": output_tokens}
 
 
 def _pace(rest: str, current: float) -> float:

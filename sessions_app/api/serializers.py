@@ -21,7 +21,7 @@ from drf_spectacular.utils import (
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
-from .. import permissions
+from .. import models_catalog, permissions
 from ..errors import InvalidInput
 from ..models import Message, Part, Session
 from ..selectors import page_limit
@@ -29,7 +29,6 @@ from .errors import SENTENCE
 
 CHECKPOINTS = Session.Checkpoint.values
 CHECKPOINT_MESSAGE = f"checkpoint must be one of {', '.join(CHECKPOINTS)}."
-MODEL_MESSAGE = "model must be 'scripted', 'openai:<model>' or 'anthropic:<model>'."
 
 
 def refuse(message: str) -> serializers.ValidationError:
@@ -214,21 +213,38 @@ class SessionIn(In):
     )
 
     def validate_model(self, value: str) -> str:
-        if value and value != "scripted" and not value.startswith(("openai:", "anthropic:")):
-            raise refuse(MODEL_MESSAGE)
-        return value
+        return check_model(value) if value else value
+
+
+def check_model(value: str) -> str:
+    problem = models_catalog.check(value)
+    if problem:
+        raise refuse(problem)
+    return value
+
+
+PATCHABLE = {"title", "model", "permissions"}
 
 
 class SessionPatchIn(In):
     title = StrictString(
         required=False, max_length=200, message="title must be a non-empty string."
     )
+    model = StrictString(
+        required=False,
+        max_length=200,
+        message="model must be a non-empty string.",
+        help_text="The model of the session's next runs.",
+    )
     permissions = Permissions(required=False, help_text="Replaces the session's own rules.")
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
-        if not isinstance(data, Mapping) or set(data) - {"title", "permissions"} or not data:
-            raise refuse_body("Only the title and permissions of a session can be changed.")
+        if not isinstance(data, Mapping) or set(data) - PATCHABLE or not data:
+            raise refuse_body("Only the title, model and permissions of a session can be changed.")
         return super().to_internal_value(data)
+
+    def validate_model(self, value: str) -> str:
+        return check_model(value)
 
     def validate_title(self, value: str) -> str:
         if len(value) > 200:
@@ -395,6 +411,9 @@ class SessionOut(Out):
     system_prompt = serializers.CharField()
     checkpoint = serializers.ChoiceField(CHECKPOINTS)
     context_tokens = serializers.IntegerField()
+    usage = serializers.DictField(
+        help_text="Tokens (input, output, cached input), calls and cost_usd of its runs."
+    )
     permissions = serializers.DictField(help_text="The tool rules in force (defaults + own).")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
@@ -585,3 +604,17 @@ class SharedOut(ShareLinkOut):
 
 class TokenOut(Out):
     token = serializers.CharField()
+
+
+class ModelOut(Out):
+    name = serializers.CharField(help_text="What a session's model holds.")
+    context_window = serializers.IntegerField(help_text="Tokens.")
+    price = serializers.DictField(
+        child=serializers.FloatField(),
+        help_text="USD per million tokens: input, output, cached_input.",
+    )
+
+
+class ModelsOut(Out):
+    default = serializers.CharField(help_text="AGENT_MODEL: a new session's model.")
+    results = ModelOut(many=True)

@@ -3,6 +3,7 @@ and authorizes its object once, in ``get_object()``; the routes are in ``config/
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth import authenticate
 from django.http import FileResponse, HttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -16,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
-from .. import login_throttle
+from .. import login_throttle, models_catalog
 from ..models import Part, Share
 from ..selectors import (
     lineage,
@@ -44,6 +45,7 @@ from .serializers import (
     LineageOut,
     MessagePageOut,
     MessagesQueryIn,
+    ModelsOut,
     RevertIn,
     RollbackIn,
     SessionIn,
@@ -243,6 +245,18 @@ class SessionViewSet(SessionScopedViewSet):
         """Revoke the link: its token then answers 404."""
         sharing.revoke_share(session=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ModelViewSet(ApiViewSet):
+    @extend_schema(responses={200: ModelsOut})
+    def list(self, request: Request) -> Response:
+        """The models a session may pick (``AGENT_MODELS``), and the default."""
+        return Response(
+            {
+                "default": settings.AGENT_MODEL,
+                "results": [m.data() for m in models_catalog.catalogue()],
+            }
+        )
 
 
 class PartViewSet(ApiViewSet):

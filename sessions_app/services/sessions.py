@@ -68,12 +68,24 @@ def rename_session(*, session: Session, title) -> Session:  # noqa: ANN001
 
 
 def update_session(
-    *, session: Session, title: str | None = None, permissions: dict | None = None
+    *,
+    session: Session,
+    title: str | None = None,
+    model: str | None = None,
+    permissions: dict | None = None,
 ) -> Session:
-    """``PATCH``: the title and/or the session's own tool rules, in one transaction."""
+    """``PATCH``: the title, the model of the next runs and/or the session's own tool rules,
+    in one transaction (each an UPDATE of its own column: a run's lock and head are never
+    written back)."""
     with transaction.atomic():
         if title is not None:
             session = rename_session(session=session, title=title)
+        if model is not None:
+            Session.objects.filter(id=session.id).update(model=model, updated_at=timezone.now())
+            session.refresh_from_db()
+            events.publish_on_commit(
+                session.id, events.SESSION_UPDATED, session=session_data(session)
+            )
         if permissions is not None:
             session = set_permissions(session=session, rules=permissions)
     return session

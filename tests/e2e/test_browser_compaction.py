@@ -21,6 +21,11 @@ def test_compact_now_shows_a_divider_that_opens_to_the_summary(page, server):
     for text in ("say one", "say two", "say three"):
         send(page, text)
         wait_idle(page)
+    # The model picker shows the session's model; each run shows what it used.
+    assert page.get_by_label("Model").input_value() == "scripted"
+    usage = page.locator("#messages .usage").last
+    usage.wait_for()
+    assert usage.inner_text().startswith("run: ") and "tokens in" in usage.inner_text()
     page.click("#session-menu summary")
     page.click("#compact")
     divider = page.locator("#messages details.compaction")
