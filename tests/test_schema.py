@@ -318,7 +318,7 @@ def test_bodies_are_refused_in_whole_sentences(api):
         ({"title": 5}, "title must be a non-empty string."),
         ({"title": "x" * 201}, "title must be at most 200 characters."),
         (
-            {"title": "x", "model": "y"},
+            {"title": "x", "system_prompt": "y"},
             "Only the title, model and permissions of a session can be changed.",
         ),
     ]
