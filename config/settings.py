@@ -349,6 +349,10 @@ STREAM_FLUSH_SECONDS = float(os.environ.get("STREAM_FLUSH_SECONDS", "0.5"))
 AGENT_COMPACT_AT = float(os.environ.get("AGENT_COMPACT_AT", "0.8"))
 SCRIPTED_CONTEXT_WINDOW = int(os.environ.get("SCRIPTED_CONTEXT_WINDOW", "128000"))
 AGENT_CONTEXT_WINDOW = int(os.environ.get("AGENT_CONTEXT_WINDOW", "128000"))
+# A model call refused for its rate (HTTP 429/529) is tried again this many times, after the
+# provider's Retry-After (or 1, 2, 4… s), waiting at most AGENT_RATE_LIMIT_MAX_WAIT s a time.
+AGENT_RATE_LIMIT_RETRIES = int(os.environ.get("AGENT_RATE_LIMIT_RETRIES", "3"))
+AGENT_RATE_LIMIT_MAX_WAIT = float(os.environ.get("AGENT_RATE_LIMIT_MAX_WAIT", "60"))
 SCRIPTED_DEFAULT_PACE_MS = float(os.environ.get("SCRIPTED_DEFAULT_PACE_MS", "15"))
 # The run host (runs_app/host.py): every live run of a process is a coroutine on one loop.
 # At most RUN_HOST_CAPACITY live runs a process (more wait for room; the broker hands them to

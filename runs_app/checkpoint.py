@@ -32,6 +32,17 @@ class Checkpointer:
         if obj.pk not in self._new_ids:
             self._dirty[obj].update(fields)
 
+    def discard(self, message: Message, head: str | None) -> None:
+        """Forget a message not written yet, and its parts (a step given up before its first
+        token); the head goes back to ``head``."""
+        ids = {message.pk} | {p.pk for p in getattr(message, "loaded_parts", [])}
+        self._new_messages = [m for m in self._new_messages if m.pk not in ids]
+        self._new_parts = [p for p in self._new_parts if p.pk not in ids]
+        self._new_ids -= ids
+        for obj in [o for o in self._dirty if getattr(o, "pk", None) in ids]:
+            del self._dirty[obj]
+        self._head = head
+
     def is_new(self, obj: Message | Part) -> bool:
         """Not written yet: the next flush inserts it."""
         return obj.pk in self._new_ids

@@ -13,11 +13,12 @@ waits, events and abort checks stay on the loop.
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 import jsonschema
@@ -58,6 +59,11 @@ class LockLost(Exception):
     pass
 
 
+class ContextOverflow(Exception):
+    """The model refused the transcript as too long before answering anything: the step is
+    given up, to be tried once more after a compaction."""
+
+
 class AwaitingApproval(Exception):
     """A tool call of the batch waits for the owner's decision: the run parks (8.2)."""
 
@@ -81,6 +87,7 @@ class AgentLoop:
         # execution, so the session's sum gets only what this one adds.
         self.usage: dict[str, Any] = dict(run.usage or {})
         self.usage_start: dict[str, Any] = dict(self.usage)
+        self.overflow_retried = False
 
     # -- helpers ------------------------------------------------------------------------------
     def aborted(self) -> bool:
@@ -336,7 +343,17 @@ class AgentLoop:
             # Rule 1.5: before every step (a no-op after a step that finished normally).
             await self.recover(mode="resume")
             await self.compact()  # rule 10: when the next call would pass the budget
-            called_tools = await self.step(index)
+            try:
+                called_tools = await self.step(index)
+            except ContextOverflow as exc:
+                # The model's own count passed its window: compact, then try once more.
+                self.overflow_retried = True
+                if not await self.compact(force=True):
+                    raise ProviderError(
+                        f"{exc.__cause__} There is nothing older to compact.",
+                        kind="context_overflow",
+                    ) from exc
+                called_tools = await self.step(index)
             if not called_tools:
                 return
         self.run.result = "max_steps"
@@ -423,6 +440,14 @@ class AgentLoop:
                     await self.db(self.writer.flush)
         except (LockLost, AwaitingApproval):
             raise  # not a line more / the step goes on once the owner has decided
+        except ProviderError as exc:
+            if exc.kind == "context_overflow" and not self.overflow_retried:
+                if self.drop_step(message):
+                    raise ContextOverflow() from exc
+            await self.db(
+                self.close_step, message, index, before, ran_tools=bool(tool_parts), finished=False
+            )
+            raise
         except BaseException:
             # A step that ends in an error or an abort still records what it did to the files.
             await self.db(
@@ -433,6 +458,59 @@ class AgentLoop:
             self.close_step, message, index, before, ran_tools=bool(tool_parts), finished=True
         )
         return bool(tool_parts)
+
+    def drop_step(self, message: Message) -> bool:
+        """Give up a step that got nothing from the model (not a token, not written yet):
+        its message leaves the path. False when it cannot (something streamed)."""
+        produced = any(p.type != Part.Type.STEP_START for p in message.loaded_parts)
+        if produced or not self.writer.is_new(message) or self.history[-1:] != [message]:
+            return False
+        self.history.pop()
+        self.head_id = message.parent_id
+        self.writer.discard(message, message.parent_id)
+        self.emit(events.MESSAGE_REMOVED, message_id=message.id)
+        return True
+
+    async def model_events(
+        self, prompt: list[dict[str, Any]], specs: list[dict[str, Any]]
+    ) -> AsyncIterator[Any]:
+        """The model's stream; a call refused for its rate before any token is tried again
+        after the provider's ``Retry-After`` (else 1, 2, 4… s), ``AGENT_RATE_LIMIT_RETRIES``
+        times, then the run ends with an error saying so."""
+        attempt, waited = 0, 0.0
+        while True:
+            started = False
+            try:
+                async for event in self.provider.astream(prompt, specs, should_abort=self.aborted):
+                    started = True
+                    yield event
+                return
+            except ProviderError as exc:
+                if started or exc.kind != "rate_limit":
+                    raise
+                delay = exc.retry_after if exc.retry_after is not None else 2.0**attempt
+                if attempt >= settings.AGENT_RATE_LIMIT_RETRIES:
+                    raise ProviderError(
+                        f"{exc} Tried {attempt + 1} times over {waited:.0f} s; try again later.",
+                        kind="rate_limit",
+                    ) from exc
+                if delay > settings.AGENT_RATE_LIMIT_MAX_WAIT:
+                    raise ProviderError(
+                        f"{exc} It asks to wait {delay:.0f} s; try again later.",
+                        kind="rate_limit",
+                    ) from exc
+                attempt += 1
+                waited += delay
+                log.warning("run %s: rate limited, trying again in %.1f s", self.run.id, delay)
+                await self.pause(delay)
+
+    async def pause(self, seconds: float) -> None:
+        """Wait, stopping at once for an abort or a lost lease."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            self.check()
+            await asyncio.sleep(min(0.05, max(0.0, end - time.monotonic())))
+        self.check()
 
     def pending_tool(self, message: Message, call: ToolCall) -> Part:
         part = self.new_part(
@@ -516,7 +594,7 @@ class AgentLoop:
         request = compaction.summary_request(self.history, cut, self.session.system_prompt, limit)
         summary: list[str] = []
         spent: dict[str, Any] = {}
-        async for event in self.provider.astream(request, [], should_abort=self.aborted):
+        async for event in self.model_events(request, []):
             if isinstance(event, TextDelta):
                 summary.append(event.text)
             elif isinstance(event, Finish):
@@ -551,7 +629,7 @@ class AgentLoop:
         calls: list[ToolCall] = []
         parts: dict[str, Part] = {}
         last_flush = time.monotonic()
-        async for event in self.provider.astream(prompt, specs, should_abort=self.aborted):
+        async for event in self.model_events(prompt, specs):
             if isinstance(event, TextDelta | ReasoningDelta):
                 kind = Part.Type.TEXT if isinstance(event, TextDelta) else Part.Type.REASONING
                 part = parts.get(kind)
@@ -806,6 +884,7 @@ def turn_finished(history: list[Message]) -> bool:
     return (
         last.role == Message.Role.ASSISTANT
         and last.completed_at is not None
+        and not last.error  # cut short (a dropped stream, a failed call): resume goes on
         and not any(p.type == Part.Type.TOOL for p in last.loaded_parts)
     )
 

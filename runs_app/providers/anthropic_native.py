@@ -24,7 +24,7 @@ from .base import (
     SyncStream,
     TextDelta,
     ToolCall,
-    error_message,
+    status_error,
 )
 
 
@@ -163,17 +163,19 @@ class AnthropicProvider(SyncStream):
                     if event.usage is not None and event.usage.output_tokens is not None:
                         usage["output_tokens"] = event.usage.output_tokens
         except anthropic.APIStatusError as exc:
-            raise ProviderError(
-                f"The model endpoint answered HTTP {exc.status_code}: {error_message(exc)}"
-            ) from exc
+            raise status_error(exc) from exc
         except anthropic.APIConnectionError as exc:
             cause = exc.__cause__ or exc.__context__
             detail = f" ({cause.__class__.__name__}: {cause})" if cause else ""
-            raise ProviderError(f"The connection to the model endpoint was lost{detail}.") from exc
+            raise ProviderError(
+                f"The connection to the model endpoint was lost{detail}.", kind="connection"
+            ) from exc
         except anthropic.APIError as exc:
             raise ProviderError(f"The model call failed: {exc.__class__.__name__}: {exc}") from exc
         if reason is None:
-            raise ProviderError("The model stream ended before the answer was finished.")
+            raise ProviderError(
+                "The model stream ended before the answer was finished.", kind="connection"
+            )
         for index in sorted(blocks):
             slot = blocks[index]
             try:

@@ -9,7 +9,17 @@ from typing import Any, Protocol
 
 
 class ProviderError(Exception):
-    """The model call failed; the run ends ``error`` with this message."""
+    """The model call failed; the run ends ``error`` with this message. ``kind`` says what
+    the loop can do about it: ``rate_limit`` (wait ``retry_after`` seconds and try again),
+    ``auth`` (nothing: the deployment's key), ``context_overflow`` (compact, try once more),
+    ``connection`` (dropped: what streamed is kept, resume continues) or ``other``."""
+
+    def __init__(
+        self, message: str, *, kind: str = "other", retry_after: float | None = None
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after = retry_after
 
 
 @dataclass
@@ -88,3 +98,53 @@ def error_message(exc: Exception) -> str:
         if isinstance(err, dict) and err.get("message"):
             return str(err["message"])
     return str(exc)
+
+
+OVERFLOW_HINTS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+    "prompt is too long",
+    "too many tokens",
+)
+
+
+def classify(status: int | None, message: str, headers: Any = None) -> tuple[str, float | None]:
+    """(kind, retry_after seconds) of an HTTP error of a model endpoint."""
+    lowered = message.lower()
+    retry_after = None
+    if headers is not None:
+        raw = headers.get("retry-after")
+        try:
+            retry_after = max(0.0, float(raw)) if raw is not None else None
+        except (TypeError, ValueError):
+            retry_after = None
+    if status in (429, 529) or "rate limit" in lowered or "overloaded" in lowered:
+        return "rate_limit", retry_after
+    if status in (401, 403):
+        return "auth", None
+    if status in (400, 413) and any(h in lowered for h in OVERFLOW_HINTS):
+        return "context_overflow", None
+    return "other", None
+
+
+def status_error(exc: Exception) -> ProviderError:
+    """A provider SDK's HTTP error as a ProviderError whose sentence a user understands."""
+    status = getattr(exc, "status_code", None)
+    detail = error_message(exc)
+    response = getattr(exc, "response", None)
+    kind, retry_after = classify(status, detail, getattr(response, "headers", None))
+    if kind == "auth":
+        text = (
+            f"The model provider refused this deployment's credentials (HTTP {status}: "
+            f"{detail}). An operator must check the API key."
+        )
+    elif kind == "context_overflow":
+        text = (
+            f"The conversation is longer than the model's context window (HTTP {status}: {detail})."
+        )
+    elif kind == "rate_limit":
+        text = f"The model provider is rate limiting requests (HTTP {status}: {detail})."
+    else:
+        text = f"The model endpoint answered HTTP {status}: {detail}"
+    return ProviderError(text, kind=kind, retry_after=retry_after)

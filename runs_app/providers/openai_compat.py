@@ -18,7 +18,7 @@ from .base import (
     SyncStream,
     TextDelta,
     ToolCall,
-    error_message,
+    status_error,
 )
 
 
@@ -84,17 +84,19 @@ class OpenAIProvider(SyncStream):
                         if choice.finish_reason:
                             reason = choice.finish_reason
         except openai.APIStatusError as exc:
-            raise ProviderError(
-                f"The model endpoint answered HTTP {exc.status_code}: {error_message(exc)}"
-            ) from exc
+            raise status_error(exc) from exc
         except openai.APIConnectionError as exc:
             cause = exc.__cause__ or exc.__context__
             detail = f" ({cause.__class__.__name__}: {cause})" if cause else ""
-            raise ProviderError(f"The connection to the model endpoint was lost{detail}.") from exc
+            raise ProviderError(
+                f"The connection to the model endpoint was lost{detail}.", kind="connection"
+            ) from exc
         except openai.APIError as exc:
             raise ProviderError(f"The model call failed: {exc.__class__.__name__}: {exc}") from exc
         if reason is None:
-            raise ProviderError("The model stream ended before the answer was finished.")
+            raise ProviderError(
+                "The model stream ended before the answer was finished.", kind="connection"
+            )
         for index in sorted(calls):
             slot = calls[index]
             try:
