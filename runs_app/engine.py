@@ -567,6 +567,29 @@ class AgentLoop:
         self.usage = models_catalog.add_usage(self.usage, {**spent, "calls": 1})
         return spent
 
+    @staticmethod
+    def reported(
+        usage: dict[str, Any],
+        prompt: list[dict[str, Any]],
+        parts: dict[str, Part],
+        calls: list[ToolCall],
+    ) -> dict[str, Any]:
+        """The call's usage as the provider reported it; what it left out (some servers
+        send none while streaming) estimated as characters / 4, and marked ``estimated``."""
+        usage = dict(usage)
+        estimated = False
+        if not usage.get("input_tokens"):
+            usage["input_tokens"] = compaction.estimate_tokens(prompt)
+            estimated = True
+        if "output_tokens" not in usage:
+            produced = sum(len(p.text) for p in parts.values())
+            produced += sum(len(c.raw_arguments or json.dumps(c.arguments)) for c in calls)
+            usage["output_tokens"] = produced // 4
+            estimated = True
+        if estimated:
+            usage["estimated"] = 1
+        return usage
+
     def usage_added(self) -> dict[str, Any]:
         """What this execution used (the run's usage minus what it had when it began)."""
         added = {}
@@ -663,7 +686,7 @@ class AgentLoop:
                 message.structured = event.value
                 self.run.output = event.value
             elif isinstance(event, Finish):
-                message.tokens = self.count(event.usage)
+                message.tokens = self.count(self.reported(event.usage, prompt, parts, calls))
             self.check()
         for part in parts.values():
             self.emit(events.PART_UPDATED, part=part_data(part))

@@ -115,6 +115,8 @@ def add_usage(total: dict[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
     """``total`` plus ``usage``: token counts added, ``cost_usd`` too."""
     out = dict(total)
     for key, value in usage.items():
+        if key == "estimated":  # a flag of one call's counts, not a count: not summed
+            continue
         if key == "cost_usd":
             out[key] = round(float(out.get(key, 0.0)) + float(value or 0.0), 8)
         elif isinstance(value, int | float):

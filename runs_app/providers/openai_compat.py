@@ -44,7 +44,13 @@ class OpenAIProvider(SyncStream):
         *,
         should_abort: Callable[[], bool],
     ) -> AsyncIterator[StreamEvent]:
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "stream": True}
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "stream": True,
+            # The last chunk then carries the call's usage (OpenAI, vLLM, llama.cpp, Ollama).
+            "stream_options": {"include_usage": True},
+        }
         if tools:
             kwargs["tools"] = tools
         calls: dict[int, dict[str, str]] = {}
@@ -61,6 +67,10 @@ class OpenAIProvider(SyncStream):
                             "input_tokens": chunk.usage.prompt_tokens or 0,
                             "output_tokens": chunk.usage.completion_tokens or 0,
                         }
+                        details = getattr(chunk.usage, "prompt_tokens_details", None)
+                        cached = getattr(details, "cached_tokens", None) if details else None
+                        if cached:
+                            usage["cached_input_tokens"] = cached
                     for choice in chunk.choices or []:
                         delta = choice.delta
                         if delta is None:
