@@ -100,7 +100,14 @@ def test_revert_and_fork_across_a_compaction(api, small_window):
     # Fork after the compaction: the fork's model sees the summary too (positions, not ids).
     fork = api.post(f"/api/sessions/{sid}/fork/", {}, format="json").json()
     forked = run_turn(api, fork["id"], "say in the fork")
-    assert transcript(api, forked["id"])[0]["content"].startswith("Summary of the conversation")
+    sent = transcript(api, forked["id"])
+    assert sent[0]["content"].startswith("Summary of the conversation")
+    # Never a tool result without its call: each answers a call made before it.
+    called: set[str] = set()
+    for entry in sent:
+        called |= {c["id"] for c in entry.get("tool_calls") or []}
+        if entry["role"] == "tool":
+            assert entry["tool_call_id"] in called
     # Revert to before the summary: the summary leaves the path; the model sees everything.
     first_user = Message.objects.filter(session_id=sid, role="user").order_by("id")[1]
     api.post(f"/api/sessions/{sid}/revert/", {"message_id": first_user.id}, format="json")
