@@ -24,6 +24,7 @@ API = {
     "api/auth/token/": "public",
     "api/health/": "public",
     "api/sessions/": "collection",
+    "api/models/": "collection",  # the deployment's list: any logged-in user, nothing of others
     "api/schema/": "public",
     "api/docs/": "public",
     "api/shared/<str:token>/": "shared",
