@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
 
 from runs_app.models import Run
 from sessions_app.models import Message, Session
@@ -97,3 +99,18 @@ def test_the_window_comes_from_the_list(api, settings):
     for turn in range(12):
         run_turn(api, sid, f"say turn {turn} " + "words " * 20)
     assert Message.objects.filter(session_id=sid, parts__type="compaction").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("AGENT_PERMISSIONS", '{"shell": "maybe"}', "AGENT_PERMISSIONS is not valid"),
+        ("AGENT_PERMISSIONS", "{not json", "AGENT_PERMISSIONS is not valid"),
+        ("AGENT_MODELS", '[{"name": "gpt"}]', "needs a name"),
+        ("AGENT_MODELS", "{}", "non-empty JSON list"),
+    ],
+)
+def test_a_deployment_with_unreadable_rules_or_models_does_not_start(settings, name, value, says):
+    setattr(settings, name, value)
+    with pytest.raises(ImproperlyConfigured, match=says):
+        apps.get_app_config("sessions_app").ready()
