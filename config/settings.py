@@ -342,6 +342,8 @@ STREAM_FRAME_SESSIONS = float(os.environ.get("STREAM_FRAME_SESSIONS", "50"))
 STREAM_FRAME_MAX_MS = float(os.environ.get("STREAM_FRAME_MAX_MS", "150"))
 # Streamed text is written to the database at most this often while a step streams.
 STREAM_FLUSH_SECONDS = float(os.environ.get("STREAM_FLUSH_SECONDS", "0.5"))
+# At most this many parts' streamed text a write (the others at the next tick).
+STREAM_FLUSH_BATCH = int(os.environ.get("STREAM_FLUSH_BATCH", "100"))
 # Context compaction (SEMANTICS 10): before a model call whose transcript would pass
 # context window × AGENT_COMPACT_AT (tokens, estimated as characters / 4), older turns are
 # summarised. The scripted model's window is SCRIPTED_CONTEXT_WINDOW; other models'

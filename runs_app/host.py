@@ -200,18 +200,23 @@ class RunHost:
         self._texts[part.id] = (part, control)
 
     async def _text_writer(self) -> None:
-        """Every ``STREAM_FLUSH_SECONDS``, the text streamed into every run's parts so far, in
-        one statement (``write_streamed_texts``) instead of a transaction per run."""
+        """Every ``STREAM_FLUSH_SECONDS``, the text streamed into the runs' parts so far, in
+        one statement (``write_streamed_texts``) instead of a transaction per run — at most
+        ``STREAM_FLUSH_BATCH`` parts a statement, the longest-waiting first: hundreds of runs
+        would else make one statement that holds hundreds of rows (and the database threads
+        the runs' steps need) for a long while; the others wait for the next tick."""
         while True:
             await asyncio.sleep(settings.STREAM_FLUSH_SECONDS)
             if not self._texts:
                 continue
+            taken = list(self._texts.items())[: settings.STREAM_FLUSH_BATCH]
+            for part_id, _ in taken:
+                del self._texts[part_id]
             batch = [
                 (part_id, part.text)
-                for part_id, (part, control) in self._texts.items()
+                for part_id, (part, control) in taken
                 if not control.lost.is_set()
             ]
-            self._texts = {}
             self._writing = asyncio.ensure_future(self.blocking(write_streamed_texts, batch))
             try:
                 await self._writing
