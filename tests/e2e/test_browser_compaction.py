@@ -18,8 +18,10 @@ SCREENSHOT = Path(os.environ.get("COMPACTION_SCREENSHOT", "/tmp/compaction.png")
 def test_compact_now_shows_a_divider_that_opens_to_the_summary(page, server):
     login(page, server)
     new_session(page)
-    for text in ("say one", "say two", "say three"):
-        send(page, text)
+    for word in ("one", "two", "three"):
+        send(page, f"say {word}")
+        # The answer first: the badge may still say idle before the run has begun.
+        page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === '{word}'")
         wait_idle(page)
     # The model picker shows the session's model; each run shows what it used.
     assert page.get_by_label("Model").input_value() == "scripted"
