@@ -18,13 +18,12 @@ from django.conf import settings
 
 from .base import (
     Finish,
-    ProviderError,
     ReasoningDelta,
+    SdkProvider,
     StreamEvent,
-    SyncStream,
     TextDelta,
-    ToolCall,
-    status_error,
+    finished_calls,
+    sdk_failure,
 )
 
 
@@ -92,20 +91,19 @@ def to_anthropic_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-class AnthropicProvider(SyncStream):
+class AnthropicProvider(SdkProvider):
     name = "anthropic"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None):
-        self.model = model
-        self.client = anthropic.AsyncAnthropic(
-            base_url=base_url or settings.ANTHROPIC_BASE_URL,
-            api_key=api_key or settings.ANTHROPIC_API_KEY,
-            max_retries=0,
-            timeout=120,
+        super().__init__(
+            model,
+            anthropic.AsyncAnthropic(
+                base_url=base_url or settings.ANTHROPIC_BASE_URL,
+                api_key=api_key or settings.ANTHROPIC_API_KEY,
+                max_retries=0,
+                timeout=120,
+            ),
         )
-
-    async def aclose(self) -> None:
-        await self.client.close()
 
     async def astream(
         self,
@@ -162,27 +160,8 @@ class AnthropicProvider(SyncStream):
                     reason = event.delta.stop_reason or reason
                     if event.usage is not None and event.usage.output_tokens is not None:
                         usage["output_tokens"] = event.usage.output_tokens
-        except anthropic.APIStatusError as exc:
-            raise status_error(exc) from exc
-        except anthropic.APIConnectionError as exc:
-            cause = exc.__cause__ or exc.__context__
-            detail = f" ({cause.__class__.__name__}: {cause})" if cause else ""
-            raise ProviderError(
-                f"The connection to the model endpoint was lost{detail}.", kind="connection"
-            ) from exc
         except anthropic.APIError as exc:
-            raise ProviderError(f"The model call failed: {exc.__class__.__name__}: {exc}") from exc
-        if reason is None:
-            raise ProviderError(
-                "The model stream ended before the answer was finished.", kind="connection"
-            )
-        for index in sorted(blocks):
-            slot = blocks[index]
-            try:
-                args = json.loads(slot["args"]) if slot["args"].strip() else {}
-            except json.JSONDecodeError:
-                args = {"_invalid_json": slot["args"]}
-            yield ToolCall(
-                call_id=slot["id"], name=slot["name"], arguments=args, raw_arguments=slot["args"]
-            )
+            raise sdk_failure(exc, anthropic) from exc
+        for call in finished_calls(reason, blocks):
+            yield call
         yield Finish(usage=usage, reason=reason)

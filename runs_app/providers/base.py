@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -148,3 +149,52 @@ def status_error(exc: Exception) -> ProviderError:
     else:
         text = f"The model endpoint answered HTTP {status}: {detail}"
     return ProviderError(text, kind=kind, retry_after=retry_after)
+
+
+class SdkProvider(SyncStream):
+    """A provider that streams through an official SDK's async client."""
+
+    def __init__(self, model: str, client: Any) -> None:
+        self.model = model
+        self.client = client
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+
+def sdk_failure(exc: Exception, sdk: Any) -> ProviderError:
+    """An SDK's error (``openai`` and ``anthropic`` name theirs alike) as a ProviderError."""
+    if isinstance(exc, sdk.APIStatusError):
+        return status_error(exc)
+    if isinstance(exc, sdk.APIConnectionError):
+        cause = exc.__cause__ or exc.__context__
+        detail = f" ({cause.__class__.__name__}: {cause})" if cause else ""
+        return ProviderError(
+            f"The connection to the model endpoint was lost{detail}.", kind="connection"
+        )
+    return ProviderError(f"The model call failed: {exc.__class__.__name__}: {exc}")
+
+
+def finished_calls(reason: str | None, slots: dict[int, dict[str, str]]) -> list[ToolCall]:
+    """The tool calls assembled from a stream's chunks (``{index: {id, name, args}}``),
+    once the stream said why it stopped; a stream that never did was cut."""
+    if reason is None:
+        raise ProviderError(
+            "The model stream ended before the answer was finished.", kind="connection"
+        )
+    calls = []
+    for index in sorted(slots):
+        slot = slots[index]
+        try:
+            args = json.loads(slot["args"]) if slot["args"].strip() else {}
+        except json.JSONDecodeError:
+            args = {"_invalid_json": slot["args"]}
+        calls.append(
+            ToolCall(
+                call_id=slot["id"] or f"call_{index}",
+                name=slot["name"],
+                arguments=args,
+                raw_arguments=slot["args"],
+            )
+        )
+    return calls

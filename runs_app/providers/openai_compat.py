@@ -3,7 +3,6 @@ streamed through the official SDK, with tool calls assembled from their chunks."
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -12,30 +11,28 @@ from django.conf import settings
 
 from .base import (
     Finish,
-    ProviderError,
     ReasoningDelta,
+    SdkProvider,
     StreamEvent,
-    SyncStream,
     TextDelta,
-    ToolCall,
-    status_error,
+    finished_calls,
+    sdk_failure,
 )
 
 
-class OpenAIProvider(SyncStream):
+class OpenAIProvider(SdkProvider):
     name = "openai"
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None):
-        self.model = model
-        self.client = openai.AsyncOpenAI(
-            base_url=base_url or settings.OPENAI_BASE_URL,
-            api_key=api_key or settings.OPENAI_API_KEY,
-            max_retries=0,
-            timeout=120,
+        super().__init__(
+            model,
+            openai.AsyncOpenAI(
+                base_url=base_url or settings.OPENAI_BASE_URL,
+                api_key=api_key or settings.OPENAI_API_KEY,
+                max_retries=0,
+                timeout=120,
+            ),
         )
-
-    async def aclose(self) -> None:
-        await self.client.close()
 
     async def astream(
         self,
@@ -93,30 +90,8 @@ class OpenAIProvider(SyncStream):
                                     slot["args"] += tc.function.arguments
                         if choice.finish_reason:
                             reason = choice.finish_reason
-        except openai.APIStatusError as exc:
-            raise status_error(exc) from exc
-        except openai.APIConnectionError as exc:
-            cause = exc.__cause__ or exc.__context__
-            detail = f" ({cause.__class__.__name__}: {cause})" if cause else ""
-            raise ProviderError(
-                f"The connection to the model endpoint was lost{detail}.", kind="connection"
-            ) from exc
         except openai.APIError as exc:
-            raise ProviderError(f"The model call failed: {exc.__class__.__name__}: {exc}") from exc
-        if reason is None:
-            raise ProviderError(
-                "The model stream ended before the answer was finished.", kind="connection"
-            )
-        for index in sorted(calls):
-            slot = calls[index]
-            try:
-                args = json.loads(slot["args"]) if slot["args"].strip() else {}
-            except json.JSONDecodeError:
-                args = {"_invalid_json": slot["args"]}
-            yield ToolCall(
-                call_id=slot["id"] or f"call_{index}",
-                name=slot["name"],
-                arguments=args,
-                raw_arguments=slot["args"],
-            )
+            raise sdk_failure(exc, openai) from exc
+        for call in finished_calls(reason, calls):
+            yield call
         yield Finish(usage=usage, reason=reason or "stop")
