@@ -307,6 +307,7 @@ function lastTurnUnfinished() {
   if (!last) return false;
   if (last.role === "user") return true;
   if (!last.completed_at) return true;
+  if (last.role === "assistant" && last.error) return true; // cut short: resume goes on
   return last.partIds.some((id) => {
     const p = parts.get(id);
     return p.type === "tool" && ["pending", "running"].includes((p.state || {}).status);

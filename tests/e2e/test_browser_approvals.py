@@ -52,7 +52,7 @@ def _flow(page, server) -> None:
     card.get_by_role("button", name="Deny this call; the agent reads your reason").click()
     wait_idle(page)
     denied = page.locator("#messages details.tool").first
-    assert "Denied by you: call it b.txt" in denied.inner_text()
+    denied.get_by_text("Denied by you: call it b.txt").wait_for()
     assert "The user denied this call: call it b.txt" in denied.locator("pre.error").inner_text()
     assert "a.txt" not in files_on_disk(server, sid)
 

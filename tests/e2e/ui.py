@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import time
+
 LAST_ASSISTANT_TEXT = """() => {
   const all = document.querySelectorAll('#messages .msg.assistant');
   const last = all[all.length - 1];
@@ -16,10 +19,25 @@ def send(page, text: str) -> None:
     page.wait_for_function("() => document.getElementById('prompt').value === ''")
 
 
+BADGE_IDLE = "() => document.getElementById('status').textContent.trim() === 'idle'"
+
+
 def wait_idle(page, timeout: float = 30_000) -> None:
-    page.wait_for_function(
-        "() => document.getElementById('status').textContent.trim() === 'idle'", timeout=timeout
-    )
+    """Idle at the server (a run just requested holds the session from its request on) and
+    in the badge: the badge alone may still say idle before the new run's first event."""
+    deadline = time.monotonic() + timeout / 1000
+    match = re.search(r"/sessions/(ses_[^/]+)/", page.url)
+    while True:
+        left = max(1.0, (deadline - time.monotonic()) * 1000)
+        page.wait_for_function(BADGE_IDLE, timeout=left)
+        if match is None:
+            return
+        answer = page.request.get(f"{page.url.split('/sessions/')[0]}/api/sessions/{match[1]}/")
+        if answer.ok and answer.json()["status"] == "idle" and page.evaluate(BADGE_IDLE):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("the session did not become idle")
+        page.wait_for_timeout(100)
 
 
 def login(page, server, username: str = "demo", password: str = "demo-password") -> None:
