@@ -22,9 +22,9 @@ from typing import Any
 from django.conf import settings
 
 from sessions_app import models_catalog
-from sessions_app.models import Message, Part
+from sessions_app.models import Message
 
-from .transcript import compacted_from, entries, model_messages
+from .transcript import compacted_from, model_messages
 
 # The scripted model recognises this first line and answers with a deterministic summary.
 MARKER = "[compact the conversation]"
@@ -101,16 +101,3 @@ def summary_request(
         {"role": "system", "content": COMPACT_SYSTEM},
         {"role": "user", "content": f"{MARKER}\n{text}"},
     ]
-
-
-def summary_message_parts(summary: str, cut: int, before: int, after: int) -> dict[str, Any]:
-    """The fields of the ``compaction`` part."""
-    return {
-        "type": Part.Type.COMPACTION,
-        "text": summary,
-        "data": {"replaced": cut, "tokens_before": before, "tokens_after": after},
-    }
-
-
-def has_entries(history: list[Message]) -> bool:
-    return any(entries(m) for m in history)

@@ -62,7 +62,6 @@ class Outcome:
     output: str
     truncated: bool
     stopped: str = ""  # "", "stopped", "timeout", "worktree-size"
-    seconds: float = 0.0
 
 
 # -- availability -------------------------------------------------------------------------------
@@ -325,7 +324,6 @@ async def run(
         output="".join(kept),
         truncated=truncated,
         stopped=stopped,
-        seconds=time.monotonic() - started,
     )
 
 
