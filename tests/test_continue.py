@@ -330,3 +330,47 @@ def test_entry_ends_match_the_transcript(api):
     ends = entry_ends(path, "sys")
     last_run = Run.objects.filter(session_id=sid).order_by("-id").first()
     assert ends[-1] == len(transcript(api, last_run.id))
+
+
+def worktree_files(api, sid) -> set[str]:
+    return {f["path"] for f in api.get(f"/api/sessions/{sid}/files/").json()}
+
+
+def test_a_branch_switch_puts_that_branch_s_files_back(api, sid):
+    """The branch switcher shows a branch's messages and its files: a file only the other
+    branch made is gone, and comes back with that branch (issue 17)."""
+    run_turn(api, sid, "write a.txt 1")
+    second = run_turn(api, sid, "write b.txt 2")
+    second_user = Message.objects.get(id=second["input_message_id"])
+    # Edit the second prompt: a new branch from its parent, files as they were there.
+    k = next(
+        c["index"]
+        for c in api.get(f"/api/sessions/{sid}/checkpoints/").json()
+        if c["message_id"] == second_user.id
+    )
+    edited = cont(api, second["id"], continue_from=k - 1, input="say other")
+    assert edited.status_code == 200, edited.json()
+    assert worktree_files(api, sid) == {"a.txt"}
+
+    back = api.post(f"/api/sessions/{sid}/head/", {"message_id": second_user.id}, format="json")
+    assert back.status_code == 200
+    assert worktree_files(api, sid) == {"a.txt", "b.txt"}
+    assert b"".join(api.get(f"/api/sessions/{sid}/files/b.txt").streaming_content) == b"2"
+    event = HistoryEvent.objects.filter(session_id=sid, kind="head").latest("id")
+    assert event.data["to_head"] == back.json()["head_message_id"]
+
+    other_user = Message.objects.filter(session_id=sid, role="user").latest("id")
+    api.post(f"/api/sessions/{sid}/head/", {"message_id": other_user.id}, format="json")
+    assert worktree_files(api, sid) == {"a.txt"}
+
+
+def test_a_branch_switch_waits_for_a_pending_revert(api, sid):
+    first = run_turn(api, sid, "write a.txt 1")
+    run_turn(api, sid, "write b.txt 2")
+    last = Message.objects.filter(session_id=sid).latest("id")
+    api.post(f"/api/sessions/{sid}/revert/", {"message_id": last.id}, format="json")
+    switched = api.post(
+        f"/api/sessions/{sid}/head/", {"message_id": first["input_message_id"]}, format="json"
+    )
+    assert switched.status_code == 409
+    assert "revert is pending" in switched.json()["error"]["message"]

@@ -166,7 +166,9 @@ class SessionViewSet(SessionScopedViewSet):
     def head(self, request: Request, session_id: str) -> Response:
         session = self.get_object()
         message_id = self.body(HeadIn)["message_id"]
-        session = session_services.switch_head(session=session, message_id=message_id)
+        session = session_services.switch_head(
+            session=session, message_id=message_id, user=request.user
+        )
         return Response(session_data(session))
 
     @extend_schema(responses={200: WorktreeEntryOut(many=True)})

@@ -7,11 +7,12 @@ from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
-from .. import events
-from ..errors import InvalidInput, NotFoundError, QuotaExceeded
-from ..models import Message, Session
-from ..selectors import session_data
+from .. import events, snapshots
+from ..errors import ConflictError, InvalidInput, NotFoundError, QuotaExceeded
+from ..models import HistoryEvent, Message, Session
+from ..selectors import active_path, files_at, session_data
 from . import lock
+from .revert import FilesFollow
 
 
 def create_session(
@@ -132,13 +133,40 @@ def newest_leaf(message: Message) -> Message:
     return message if newest == message.id else Message.objects.get(id=newest)
 
 
-def switch_head(*, session: Session, message_id: str) -> Session:
-    with transaction.atomic():
+def switch_head(*, session: Session, message_id: str, user=None) -> Session:  # noqa: ANN001
+    """Show another branch: the head moves to the newest leaf under ``message_id`` and the
+    files go back to what that branch left (as a continue puts them back), so the Files panel
+    never lists a file the shown branch did not make. What the worktree held before is
+    recorded first, in the history event, so nothing is lost."""
+    with FilesFollow(session.id) as follow, transaction.atomic():
         locked = lock.lock_idle_session(session.id)
+        if locked.revert:
+            raise ConflictError(
+                "A revert is pending: unrevert or confirm it before switching branches."
+            )
         message = Message.objects.filter(session=locked, id=message_id).first()
         if message is None:
             raise NotFoundError("No such message in this session.")
+        previous = locked.head_id
         locked.head = newest_leaf(message)
         locked.save(update_fields=["head", "updated_at"])
+        target = files_at(active_path(locked), 10**9) if locked.head_id != previous else None
+        snap = snapshots.for_session(locked)
+        current = snap.track() if target else None
+        diff: list[dict] = []
+        if target and current != target:
+            with follow.writing(snap, current):
+                snap.checkout(target, snap.patch(current, target))
+                diff = snap.diff_stat(current, target)
+        HistoryEvent.objects.create(
+            session=locked,
+            kind="head",
+            created_by=user,
+            data={"from_head": previous, "to_head": locked.head_id, "files_before": current},
+        )
         events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
+        if diff:
+            events.publish_on_commit(
+                locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary
+            )
     return locked
