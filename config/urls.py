@@ -33,7 +33,7 @@ api = [
     path("sessions/<str:session_id>/diff/", sessions({"get": "diff"})),
     path("sessions/<str:session_id>/rollback/", sessions({"post": "rollback"})),
     path("sessions/<str:session_id>/fork/", session_runs({"post": "fork"})),
-    path("sessions/<str:session_id>/share/", sessions({"post": "share", "delete": "unshare"})),
+    path("sessions/<str:session_id>/share/", sessions({"get": "shared_link", "post": "share", "delete": "unshare"})),
     path("shared/<str:token>/", shared({"get": "retrieve"})),
     path("shared/<str:token>/fork/", run_views.SharedForkViewSet.as_view({"post": "fork"})),
     path("shared/<str:token>/files/<path:path>", shared({"get": "files"})),

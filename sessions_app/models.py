@@ -179,6 +179,8 @@ class Share(models.Model):
     include_system_prompt = models.BooleanField(default=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When the pin last moved (sharing again moves it to the head of then).
+    pinned_at = models.DateTimeField(default=timezone.now)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:

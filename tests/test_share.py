@@ -227,3 +227,19 @@ def test_a_share_fork_does_not_name_who_ran_the_source(api, owner, outsider, sha
     assert copied.exists() and not copied.filter(created_by=owner).exists()
     own = api.post(f"/api/sessions/{sid}/fork/", {}, format="json").json()
     assert Run.objects.filter(session_id=own["id"], created_by=owner).exists()
+
+
+def test_the_owner_reads_the_live_link_and_when_it_was_pinned(api, outsider_api, sid):
+    """After a reload the chat shows the existing link, not only "Share" (issue 17)."""
+    assert api.get(f"/api/sessions/{sid}/share/").status_code == 204
+    run_turn(api, sid, "say one")
+    made = api.post(f"/api/sessions/{sid}/share/", {}, format="json").json()
+    shown = api.get(f"/api/sessions/{sid}/share/").json()
+    assert shown["url"] == made["url"] and shown["pinned_at"] == made["pinned_at"]
+    run_turn(api, sid, "say two")
+    moved = api.post(f"/api/sessions/{sid}/share/", {}, format="json").json()
+    assert moved["token"] == made["token"] and moved["pinned_at"] > made["pinned_at"]
+    assert api.get(f"/api/sessions/{sid}/share/").json()["message_id"] == moved["message_id"]
+    assert outsider_api.get(f"/api/sessions/{sid}/share/").status_code == 404
+    api.delete(f"/api/sessions/{sid}/share/")
+    assert api.get(f"/api/sessions/{sid}/share/").status_code == 204

@@ -583,6 +583,7 @@ class ShareLinkOut(Out):
     message_id = serializers.CharField(allow_null=True, help_text="The pinned message.")
     snapshot = serializers.CharField(help_text="The pinned files (a git tree).")
     include_system_prompt = serializers.BooleanField()
+    pinned_at = serializers.DateTimeField()
 
 
 class SharedSessionOut(Out):

@@ -242,6 +242,14 @@ class SessionViewSet(SessionScopedViewSet):
         share = sharing.share_session(session=session, user=request.user, **args)
         return Response(sharing.share_link(share), status=status.HTTP_201_CREATED)
 
+    @extend_schema(responses={200: ShareLinkOut, 204: None})
+    def shared_link(self, request: Request, session_id: str) -> Response:
+        """The session's live link, its URL and when it was pinned; 204 when it has none."""
+        share = sharing.live_share(self.get_object())
+        if share is None:
+            return Response(status=status.HTTP_204_NO_CONTENT)
+        return Response(sharing.share_link(share))
+
     @extend_schema(responses={204: None})
     def unshare(self, request: Request, session_id: str) -> Response:
         """Revoke the link: its token then answers 404."""

@@ -51,6 +51,7 @@ def share_session(
         share.message_id = message_id
         share.snapshot = tree
         share.include_system_prompt = include_system_prompt
+        share.pinned_at = timezone.now()
         share.save()
     return share
 
@@ -95,7 +96,17 @@ def share_link(share: Share) -> dict[str, Any]:
         "message_id": share.message_id,
         "snapshot": share.snapshot,
         "include_system_prompt": share.include_system_prompt,
+        "pinned_at": share.pinned_at.isoformat().replace("+00:00", "Z"),
     }
+
+
+def live_share(session: Session) -> Share | None:
+    """The session's link, if it has one that is not revoked."""
+    return (
+        Share.objects.filter(session=session, revoked_at__isnull=True)
+        .order_by("created_at")
+        .first()
+    )
 
 
 def shared_data(
