@@ -4,6 +4,8 @@ import pytest
 
 from runs_app.providers.base import ProviderError, ReasoningDelta, TextDelta, ToolCall
 from runs_app.providers.scripted import ScriptedProvider, parse
+from sessions_app.models import Part
+from tests.conftest import run_turn
 
 
 @pytest.fixture(autouse=True)
@@ -101,3 +103,23 @@ def test_it_reads_only_the_latest_user_message():
         {"role": "user", "content": "say again"},
     ]
     assert text_of(step(messages)) == "again"
+
+
+def test_backslash_n_in_say_is_a_line_break_streamed_word_by_word():
+    events = step([{"role": "user", "content": r"say Two items:\n\n- one\n- two"}])
+    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    assert deltas == ["Two", " items:", "\n", "\n-", " one", "\n-", " two"]
+    assert "".join(deltas) == "Two items:\n\n- one\n- two"
+
+
+def test_backslash_n_in_think_is_a_line_break():
+    events = step([{"role": "user", "content": r"think a\nb"}])
+    assert "".join(e.text for e in events if isinstance(e, ReasoningDelta)) == "a\nb"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scripted_code_block_is_stored_with_its_line_breaks(api, sid):
+    script = r"say Here:\n```python\nx  = 1\nprint(x)\n```\n- a\n- b"
+    run = run_turn(api, sid, script)
+    text = Part.objects.get(message__run_id=run["id"], message__role="assistant", type="text")
+    assert text.text == "Here:\n```python\nx  = 1\nprint(x)\n```\n- a\n- b"

@@ -157,11 +157,12 @@ class ScriptedProvider(SyncStream):
             if word == "pace":
                 pace = _pace(rest, pace)
             elif word == "say":
-                async for delta in self._words(rest, pace, should_abort):
+                text = with_line_breaks(rest)
+                async for delta in self._words(text, pace, should_abort):
                     yield delta
-                emitted += len(rest.split())
+                emitted += len(text.split())
             elif word == "think":
-                async for delta in self._words(rest, pace, should_abort):
+                async for delta in self._words(with_line_breaks(rest), pace, should_abort):
                     yield ReasoningDelta(delta.text)
             elif word == "fail":
                 raise ProviderError(rest.strip() or "Scripted failure.")
@@ -185,16 +186,31 @@ class ScriptedProvider(SyncStream):
     async def _words(
         self, text: str, pace_ms: float, should_abort: Callable[[], bool]
     ) -> AsyncIterator[TextDelta]:
-        words = text.split(" ")
         start = time.monotonic()
-        for i, word in enumerate(words):
+        for i, word in enumerate(words_of(text)):
             if should_abort():
                 return
             if i and pace_ms > 0:
                 # On a fixed schedule (word i at start + i × pace), like a model that emits
                 # at a steady rate: the time spent handling a word does not slow the next.
                 await asyncio.sleep(max(0.0, start + i * pace_ms / 1000.0 - time.monotonic()))
-            yield TextDelta(word if i == 0 else " " + word)
+            yield TextDelta(word)
+
+
+def with_line_breaks(text: str) -> str:
+    """``say``/``think`` text with each two-character ``\\n`` made a line break (a script is
+    one line per directive, so this is how a Markdown list or code block is scripted)."""
+    return text.replace("\\n", "\n")
+
+
+def words_of(text: str) -> list[str]:
+    """The streamed pieces of ``text``: each word with the one space or line break before it,
+    so that they join back to exactly ``text`` (runs of spaces and blank lines included)."""
+    pieces: list[str] = []
+    for i, chunk in enumerate(text.split(" ")):
+        for j, word in enumerate(chunk.split("\n")):
+            pieces.append(word if i == j == 0 else ("\n" if j else " ") + word)
+    return pieces
 
 
 def scripted_summary(request: str, keep: int = 5, words: int = 10) -> str:
