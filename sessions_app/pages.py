@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth import login
@@ -13,7 +14,7 @@ from django.contrib.auth.forms import UserCreationForm
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import path
+from django.urls import Resolver404, path, resolve
 from django.views.decorators.http import require_POST
 
 from .errors import AppError, NotAuthenticated, NotFoundError
@@ -126,6 +127,43 @@ def shared(request: HttpRequest, token: str) -> HttpResponse:
     return render(request, "app/shared.html", {"share": data})
 
 
+class LoginPage(auth_views.LoginView):
+    """Django's login, saying why it is shown when ``next`` is a share link (the share page's
+    "Log in to fork", or its redirect where reading needs a login); the login then returns
+    there. ``next`` is used only as Django validated it (same site) and only through the
+    share it names: none of its text is shown."""
+
+    template_name = "app/login.html"
+
+    def get_context_data(self, **kwargs: object) -> dict:
+        return {
+            **super().get_context_data(**kwargs),
+            "allow_signup": settings.ALLOW_SIGNUP,
+            **_share_reason(self.request, self.get_redirect_url()),
+        }
+
+
+def _share_reason(request: HttpRequest, next_url: str) -> dict[str, object]:
+    """``{"share_login": "fork" | "read", "share_title": …}`` when ``next_url`` (already
+    checked to be same-site, or empty) is the page of a live share; the title only where the
+    visitor could read the share without logging in (``SHARE_ANONYMOUS_READ``)."""
+    if not next_url:
+        return {}
+    try:
+        match = resolve(urlsplit(next_url).path)
+    except Resolver404:
+        return {}
+    if match.url_name != "shared":
+        return {}
+    try:
+        share = sharing.share_for_token(match.kwargs["token"], request.user)
+    except NotAuthenticated:
+        return {"share_login": "read"}
+    except NotFoundError:
+        return {}
+    return {"share_login": "fork", "share_title": share.session.title}
+
+
 def signup(request: HttpRequest) -> HttpResponse:
     """Self sign-up, only where ``ALLOW_SIGNUP`` is on; otherwise users are added by an admin
     (the admin, or ``manage.py adduser``)."""
@@ -146,14 +184,7 @@ urlpatterns = [
     path("sessions/<str:session_id>/rename/", session_rename, name="session-rename"),
     path("sessions/<str:session_id>/delete/", session_delete, name="session-delete"),
     path("s/<str:token>/", shared, name="shared"),
-    path(
-        "login/",
-        auth_views.LoginView.as_view(
-            template_name="app/login.html",
-            extra_context={"allow_signup": lambda: settings.ALLOW_SIGNUP},
-        ),
-        name="login",
-    ),
+    path("login/", LoginPage.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("signup/", signup, name="signup"),
 ]
