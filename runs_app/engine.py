@@ -33,7 +33,7 @@ from django.utils import timezone
 from sessions_app import events, models_catalog, permissions, snapshots
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
-from sessions_app.services.revert import cleanup_session
+from sessions_app.services.revert import changes_summary, cleanup_session, path_start
 
 from . import compaction, lifecycle, sandbox
 from .checkpoint import Checkpointer
@@ -82,7 +82,6 @@ class AgentLoop:
         self.history: list[Message] = []
         self.head_id: str | None = self.session.head_id
         self.tree: str | None = None
-        self.first_tree: str | None = None
         # What the run used so far (a resumed run adds to it); ``usage_start``: before this
         # execution, so the session's sum gets only what this one adds.
         self.usage: dict[str, Any] = dict(run.usage or {})
@@ -203,7 +202,7 @@ class AgentLoop:
             await self.db(self.start_prompt)
         elif turn_finished(self.history):
             return False
-        self.tree = self.first_tree = await self.db(self.snap.track)
+        self.tree = await self.db(self.snap.track)
         return True
 
     def start_prompt(self) -> None:
@@ -252,12 +251,14 @@ class AgentLoop:
                 self.snap.checkout(before, self.snap.patch(files, before))
             raise
         self.session.head_id = self.head_id
+        # The path is another one now, and the files maybe too: the summary follows both.
+        summary = self.store_summary(files if before else self.snap.track())
         for message in written:
             self.emit(events.MESSAGE_UPDATED, message=message_data(message))
         self.emit(events.SESSION_UPDATED, session=session_data(self.session))
         if before and before != files:
             diff = self.snap.diff_stat(before, files)
-            self.emit(events.SESSION_DIFF, diff=diff, summary=snapshots.summary_of(diff))
+            self.emit(events.SESSION_DIFF, diff=diff, summary=summary)
 
     def apply_branch(
         self, branch: dict[str, Any], parent: str | None, files: str | None, before: str | None
@@ -826,9 +827,15 @@ class AgentLoop:
 
     def publish_diff(self, before: str, after: str) -> None:
         diff = self.snap.diff_stat(before, after)
-        summary = snapshots.summary_of(self.snap.diff_stat(self.first_tree or before, after))
+        self.emit(events.SESSION_DIFF, diff=diff, summary=self.store_summary(after))
+
+    def store_summary(self, now: str) -> dict[str, int]:
+        """The session's ``summary`` with its files at ``now``, counted over the path as this
+        loop holds it (its rows may not all be written yet): what ``GET …/diff/`` lists."""
+        summary = changes_summary(self.snap, path_start(self.history), now)
         Session.objects.filter(id=self.session.id).update(summary=summary)
-        self.emit(events.SESSION_DIFF, diff=diff, summary=summary)
+        self.session.summary = summary
+        return summary
 
     def fail_last_message(self, text: str) -> None:
         message = self.history[-1] if self.history else None

@@ -224,6 +224,16 @@ class SessionAdmin(OwnedAdmin):
             },
         )
 
+    @admin.display(description="changes")
+    def changes(self, obj: Session) -> str:
+        """The stored ``summary``: the totals of the chat's Changes panel."""
+        summary = obj.summary or {}
+        files = summary.get("files", 0)
+        return (
+            f"{files} file{'' if files == 1 else 's'},"
+            f" +{summary.get('additions', 0)} −{summary.get('deletions', 0)}"
+        )
+
     @admin.display(boolean=True, description="revert pending")
     def reverted(self, obj: Session) -> bool:
         return bool(obj.revert)
@@ -299,7 +309,8 @@ class SessionAdmin(OwnedAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj=None):  # noqa: ANN001, ANN201
         editable = ("title", "permissions")
         fields = [f.name for f in self.model._meta.fields if f.name not in editable]
-        return [("forked_from" if f == "forked_from_session" else f) for f in fields]
+        shown = {"forked_from_session": "forked_from", "summary": "changes"}
+        return [shown.get(f, f) for f in fields]
 
     def save_model(self, request: HttpRequest, obj: Session, form, change: bool) -> None:  # noqa: ANN001
         """Only what the form edits is written (the service's UPDATE), never the whole row

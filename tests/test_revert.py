@@ -86,13 +86,13 @@ def test_revert_restores_deleted_and_removes_created_files_only(api, sid):
     }
     assert not (worktree / "deep").exists() or not any((worktree / "deep").rglob("*.txt"))
     assert (worktree / ".git" / "HEAD").exists()
-    assert body["summary"]["files"] == 3
+    assert len(body["revert"]["changes"]) == 3
     api.post(f"/api/sessions/{sid}/unrevert/")
     assert not (worktree / "old.txt").exists()
     assert (worktree / "keep.bin").read_bytes() == b"bin2"
 
 
-def test_the_revert_summary_matches_git_numstat(api, sid):
+def test_the_revert_changes_match_git_numstat(api, sid):
     run_turn(api, sid, "write a.txt one\nappend a.txt two")
     run_turn(api, sid, "append a.txt three\nwrite b.txt x")
     session = Session.objects.get(id=sid)
@@ -111,13 +111,20 @@ def test_the_revert_summary_matches_git_numstat(api, sid):
         text=True,
     ).stdout.split("\n")
     rows = [line.split("\t") for line in numstat if line]
-    assert body["summary"] == {
+    changes = body["revert"]["changes"]
+    assert {
+        "additions": sum(c["additions"] for c in changes),
+        "deletions": sum(c["deletions"] for c in changes),
+        "files": len(changes),
+    } == {
         "additions": sum(int(r[0]) for r in rows),
         "deletions": sum(int(r[1]) for r in rows),
         "files": len(rows),
     }
     assert "-three" in body["revert"]["diff"].splitlines()
-    assert body["summary"]["files"] == 2
+    assert len(changes) == 2
+    # The session's summary stays the totals of its Changes: the first turn's a.txt.
+    assert body["summary"] == {"additions": 1, "deletions": 0, "files": 1}
 
 
 def test_a_part_level_revert_keeps_the_earlier_parts(api, sid):

@@ -32,6 +32,7 @@ from django.db import connection, transaction
 from sessions_app import ids, snapshots
 from sessions_app.models import HistoryEvent, Message, Part, Session, Share
 from sessions_app.selectors import fork_point
+from sessions_app.services.revert import changes_summary
 from sessions_app.services.sessions import check_session_quota
 
 from ..models import Run
@@ -282,6 +283,15 @@ def copy_path(
             snap.adopt_objects_of(snapshots.for_session(source))
             if tree:
                 snap.materialize(tree)
+                start = (
+                    # The copy holds only the path, its rows in path order.
+                    Part.objects.filter(session=fork, type=Part.Type.STEP_START)
+                    .order_by("message_id", "order")
+                    .values_list("data", flat=True)
+                    .first()
+                )
+                summary = changes_summary(snap, (start or {}).get("snapshot"), tree)
+                Session.objects.filter(id=fork.id).update(summary=summary)
             else:
                 snap.ensure()
     except BaseException:

@@ -27,8 +27,6 @@ from ..selectors import active_path, session_data
 from ..tools_paths import plain_relative
 from . import lock
 
-EMPTY_SUMMARY = {"additions": 0, "deletions": 0, "files": 0}
-
 log = logging.getLogger(__name__)
 
 
@@ -228,7 +226,7 @@ def revert_session(
                 "files": plan.files,
                 "changes": diff,
             }
-            locked.summary = snapshots.summary_of(diff)
+            locked.summary = changes_summary(snap, path_start(active_path(locked)), target)
             locked.save(update_fields=["revert", "summary", "updated_at"])
             HistoryEvent.objects.create(
                 session=locked,
@@ -262,7 +260,7 @@ def unrevert_session(*, session: Session, user=None) -> Session:  # noqa: ANN001
         with follow.writing(snap, current):
             snap.restore(pre)
             locked.revert = None
-            locked.summary = dict(EMPTY_SUMMARY)
+            locked.summary = changes_summary(snap, path_start(active_path(locked)), pre)
             locked.save(update_fields=["revert", "summary", "updated_at"])
             HistoryEvent.objects.create(
                 session=locked, kind="unrevert", created_by=user, data={"snapshot": pre}
@@ -307,7 +305,9 @@ def cleanup_session(
         Part.objects.filter(id__in=[p.id for p in removed_parts]).delete()
         Message.objects.filter(id__in=doomed_ids).delete()
         locked.revert = None
-        locked.summary = dict(EMPTY_SUMMARY)
+        snap = snapshots.for_session(locked)
+        # The path lost what lay after the boundary; the files stay the reverted ones.
+        locked.summary = changes_summary(snap, path_start(active_path(locked)), snap.peek())
         locked.save(update_fields=["revert", "summary", "head", "updated_at"])
         HistoryEvent.objects.create(
             session=locked,
@@ -369,10 +369,9 @@ def _diff_range(session: Session, message_id: str | None) -> tuple[str, str] | N
         turn = path[start:end]
     else:
         turn = path
-    starts = [p.data["snapshot"] for m in turn for p in m.loaded_parts if p.type == "step-start"]
-    if not starts:
+    first = path_start(turn)
+    if first is None:
         return None
-    first = starts[0]
     if message_id:
         finishes = [
             p.data["snapshot"] for m in turn for p in m.loaded_parts if p.type == "step-finish"
@@ -381,10 +380,28 @@ def _diff_range(session: Session, message_id: str | None) -> tuple[str, str] | N
     return first, snap.peek()  # a read: never the index the loop is using
 
 
+def path_start(path: list[Message]) -> str | None:
+    """The files before the first step of ``path`` (messages with their parts): where the
+    changes of a session, or of a turn, are counted from."""
+    return next(
+        (p.data["snapshot"] for m in path for p in m.loaded_parts if p.type == "step-start"),
+        None,
+    )
+
+
 def session_diff(*, session: Session, message_id: str | None = None) -> list[dict]:
     """Files changed in the whole session (first snapshot → now) or in one turn."""
     span = _diff_range(session, message_id)
     return snapshots.for_session(session).diff_stat(*span) if span else []
+
+
+def changes_summary(snap: snapshots.Snapshots, start: str | None, now: str) -> dict[str, int]:
+    """The session's ``summary`` when its active path starts from the files ``start`` (its
+    ``path_start``) and its files are the tree ``now``: the totals of what ``session_diff``
+    lists (the Changes panel). Every move that changes the files or the path stores it again
+    — a step, a branch, revert, unrevert, cleanup, a head switch, rollback, fork — so the
+    stored numbers never count from another base than the panel."""
+    return snapshots.summary_of(snap.diff_stat(start, now) if start else [])
 
 
 def session_file_diff(*, session: Session, file: str, message_id: str | None = None) -> dict:

@@ -8,11 +8,12 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import events
+from .. import events, snapshots
 from ..errors import ConflictError, InvalidInput
 from ..models import HistoryEvent, Message, Session
 from ..selectors import active_path, session_data
 from . import lock
+from .revert import changes_summary, path_start
 
 
 def estimate_context_tokens(path: list[Message]) -> int:
@@ -43,7 +44,9 @@ def rollback_session(*, session: Session, num_turns: Any, user=None) -> Session:
         previous = locked.head_id
         locked.head_id = path[keep - 1].id if keep > 0 else None
         locked.context_tokens = estimate_context_tokens(path[:keep])
-        locked.save(update_fields=["head", "context_tokens", "updated_at"])
+        snap = snapshots.for_session(locked)
+        locked.summary = changes_summary(snap, path_start(path[:keep]), snap.peek())
+        locked.save(update_fields=["head", "context_tokens", "summary", "updated_at"])
         HistoryEvent.objects.create(
             session=locked,
             kind="rollback",

@@ -12,7 +12,7 @@ from ..errors import ConflictError, InvalidInput, NotFoundError, QuotaExceeded
 from ..models import HistoryEvent, Message, Session
 from ..selectors import active_path, files_at, session_data
 from . import lock
-from .revert import FilesFollow
+from .revert import FilesFollow, changes_summary, path_start
 
 
 def create_session(
@@ -149,8 +149,8 @@ def switch_head(*, session: Session, message_id: str, user=None) -> Session:  # 
             raise NotFoundError("No such message in this session.")
         previous = locked.head_id
         locked.head = newest_leaf(message)
-        locked.save(update_fields=["head", "updated_at"])
-        target = files_at(active_path(locked), 10**9) if locked.head_id != previous else None
+        path = active_path(locked)
+        target = files_at(path, 10**9) if locked.head_id != previous else None
         snap = snapshots.for_session(locked)
         current = snap.track() if target else None
         diff: list[dict] = []
@@ -158,6 +158,9 @@ def switch_head(*, session: Session, message_id: str, user=None) -> Session:  # 
             with follow.writing(snap, current):
                 snap.checkout(target, snap.patch(current, target))
                 diff = snap.diff_stat(current, target)
+        if locked.head_id != previous:
+            locked.summary = changes_summary(snap, path_start(path), target or snap.peek())
+        locked.save(update_fields=["head", "summary", "updated_at"])
         HistoryEvent.objects.create(
             session=locked,
             kind="head",
