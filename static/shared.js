@@ -1,6 +1,13 @@
-// A shared conversation: read-only; clicking a file shows it as it was when shared.
+// A shared conversation: read-only; clicking a file shows it as it was when shared. The
+// assistant's text, sent as plain text, is rendered as Markdown here (the user's stays text).
+import { renderInto } from "./markdown.js";
+
 const token = document.getElementById("shared").dataset.token;
 const view = document.getElementById("file-view");
+
+for (const text of document.querySelectorAll("#messages .msg.assistant > .text")) {
+  renderInto(text, text.textContent);
+}
 
 async function show(path) {
   const res = await fetch(`/api/shared/${token}/files/${path.split("/").map(encodeURIComponent).join("/")}`, { credentials: "same-origin" });
@@ -8,7 +15,6 @@ async function show(path) {
   view.hidden = false;
 }
 
-for (const li of document.querySelectorAll("#files li[data-path]")) {
-  li.addEventListener("click", () => show(li.dataset.path));
-  li.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") show(li.dataset.path); });
+for (const button of document.querySelectorAll("#files button[data-path]")) {
+  button.addEventListener("click", () => show(button.dataset.path));
 }
