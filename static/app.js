@@ -2,20 +2,41 @@
 // events. Text deltas carry their part id and offset, so text is neither lost nor doubled:
 // a delta that starts past what we have is a gap (text not yet fetched) and triggers a
 // refetch; one that ends before it is a duplicate and is dropped.
+//
+// Rendering is incremental: every message and part carries a version; a render (at most one
+// a frame) rebuilds only the messages whose version, or what their look depends on, changed,
+// and a streaming text part grows in place (renderInto keeps its finished blocks). Only the
+// newest messages are kept: older ones are dropped (while the reader is at the bottom) and
+// come back a page at a time when the reader scrolls up, so a long session costs the same as
+// a short one.
+import { renderInto } from "./markdown.js";
+import {
+  closeViewers, ctx, el, initShare, loadChanges, loadFiles, loadLineage, loadShare,
+} from "./panels.js";
+import { initSidebar, markCurrent } from "./sidebar.js";
+
 const root = document.getElementById("chat");
-const sessionId = root.dataset.sessionId;
+let sessionId = root.dataset.sessionId;
 const api = (path) => `/api/sessions/${sessionId}${path}`;
-const messages = new Map(); // id -> {id, role, parent_id, completed_at, error, partIds: []}
-const parts = new Map(); // id -> part
-let order = []; // message ids of the active path, in order
+const KEEP_MAX = 300; // messages kept in memory and in the page; past it the oldest go
+const KEEP = 200; // how many stay when they do
+
+let messages = new Map(); // id -> {id, role, parent_id, completed_at, error, partIds: [], v}
+let parts = new Map(); // id -> part (with its version v)
+let order = []; // message ids of the active path (the newest KEEP_MAX at most), in order
 let session = null; // the session as the API shows it (status, revert, summary)
 let ready = false;
-const buffered = [];
+let buffered = [];
 let refetchTimer = null;
 let children = new Map(); // parent id ("" for roots) -> visible child ids, oldest first
 let checkpoints = new Map(); // message id -> {run_id, index, kind, run_status}
 const openTools = new Set(); // tool cards the user opened (kept across renders)
 let continueFrom = null; // {run_id, index, message_id} while "continue from here" is armed
+const editing = new Map(); // user message id -> the text being edited
+let revertPrompt = null; // what a revert put into the prompt box (an unrevert takes it out)
+let seq = 0; // versions of messages and parts
+let globalV = 0; // bumped by what every message's look depends on (status, tree, revert)
+let regenerating = null; // {runId, before: text} while a regenerate is asked for
 
 function csrf() {
   const m = document.cookie.match(/(?:^|; )csrftoken=([^;]+)/);
@@ -35,9 +56,26 @@ async function call(method, path, body) {
 }
 
 function showError(text) {
-  const el = document.getElementById("error");
-  el.textContent = text || "";
-  el.hidden = !text;
+  const box = document.getElementById("error");
+  box.textContent = text || "";
+  box.hidden = !text;
+}
+
+function notice(text) {
+  // A passing word (a regenerate that came out the same): shown a few seconds.
+  const box = document.getElementById("notice");
+  box.textContent = text;
+  box.hidden = !text;
+  clearTimeout(notice.timer);
+  if (text) notice.timer = setTimeout(() => { box.hidden = true; }, 6000);
+}
+
+Object.assign(ctx, { api, call, showError });
+
+function setSession(next) {
+  // The session as the server says; what every message shows of it (the revert) re-renders.
+  if (JSON.stringify(session?.revert ?? null) !== JSON.stringify(next?.revert ?? null)) globalV++;
+  session = next;
 }
 
 function upsertMessage(m) {
@@ -45,7 +83,7 @@ function upsertMessage(m) {
   const entry = known || { partIds: [] };
   Object.assign(entry, {
     id: m.id, role: m.role, parent_id: m.parent_id, completed_at: m.completed_at,
-    error: m.error, run_id: m.run_id, tokens: m.tokens || {},
+    error: m.error, run_id: m.run_id, tokens: m.tokens || {}, v: ++seq,
   });
   messages.set(m.id, entry);
   if (!order.includes(m.id)) order.push(m.id);
@@ -63,16 +101,17 @@ function upsertPart(p, fromFetch) {
       && known.state.output.length > (p.state.output || "").length) {
     p = { ...p, state: { ...p.state, output: known.state.output } }; // live output is ahead
   }
-  parts.set(p.id, { ...(known || {}), ...p, textCount: undefined, outputCount: undefined });
+  parts.set(p.id, { ...(known || {}), ...p, textCount: undefined, outputCount: undefined, v: ++seq });
   let msg = messages.get(p.message_id);
   if (!msg) {
-    msg = { id: p.message_id, role: "assistant", partIds: [] };
+    msg = { id: p.message_id, role: "assistant", partIds: [], v: ++seq };
     messages.set(msg.id, msg);
     order.push(msg.id);
   }
   if (!msg.partIds.includes(p.id)) {
     msg.partIds.push(p.id);
     msg.partIds.sort((a, b) => (parts.get(a).order ?? 0) - (parts.get(b).order ?? 0));
+    msg.v = ++seq;
   }
 }
 
@@ -93,6 +132,7 @@ function applyDelta(ev) {
   if (ev.offset + added.length <= haveCount) return; // already have it
   part.text = have + added.slice(haveCount - ev.offset).join("");
   part.textCount = ev.offset + added.length;
+  part.v = ++seq;
 }
 
 function applyToolOutput(ev) {
@@ -107,6 +147,7 @@ function applyToolOutput(ev) {
   if (ev.offset + added.length <= haveCount) return;
   state.output = have + added.slice(haveCount - ev.offset).join("");
   part.outputCount = ev.offset + added.length;
+  part.v = ++seq;
 }
 
 function codePoints(text) {
@@ -159,9 +200,17 @@ function addPage(list) {
   return list.map((m) => m.id);
 }
 
+function forgetAll() {
+  messages = new Map();
+  parts = new Map();
+  order = [];
+  msgNodes.clear();
+  partNodes.clear();
+}
+
 async function loadMessages(merge) {
   const page = await call("GET", api("/messages/"));
-  if (!merge) { messages.clear(); parts.clear(); order = []; olderPage = page.previous; }
+  if (!merge) { forgetAll(); olderPage = page.previous; stickToEnd = true; }
   const ids = addPage(page.results);
   if (!merge) order = ids;
 }
@@ -169,15 +218,17 @@ async function loadMessages(merge) {
 async function loadOlder() {
   if (!olderPage || loadingOlder) return;
   loadingOlder = true;
+  const sid = sessionId;
   try {
     const page = await call("GET", olderPage);
+    if (sid !== sessionId) return;
     const ids = addPage(page.results);
     order = [...ids, ...order.filter((id) => !ids.includes(id))];
     olderPage = page.previous;
     // Keep what the reader looks at in place while the older messages go in above it.
     const scroller = document.scrollingElement;
     const fromBottom = scroller.scrollHeight - scroller.scrollTop;
-    render();
+    flush(false);
     scroller.scrollTop = scroller.scrollHeight - fromBottom;
   } catch (err) {
     showError(err.message);
@@ -186,24 +237,37 @@ async function loadOlder() {
   }
 }
 
+function trimOlder() {
+  // Past KEEP_MAX messages the oldest are forgotten (the reader is at the bottom): the
+  // "earlier messages" link brings them back a page at a time.
+  if (order.length <= KEEP_MAX) return;
+  const dropped = order.slice(0, order.length - KEEP);
+  order = order.slice(order.length - KEEP);
+  for (const id of dropped) {
+    const m = messages.get(id);
+    for (const pid of m ? m.partIds : []) { parts.delete(pid); partNodes.delete(pid); }
+    messages.delete(id);
+    msgNodes.delete(id);
+  }
+  olderPage = api(`/messages/?before=${encodeURIComponent(order[0])}`);
+}
+
 const olderObserver = new IntersectionObserver((entries) => {
   if (entries.some((e) => e.isIntersecting)) loadOlder();
 });
 
-function olderButton() {
+const olderButton = (() => {
   const b = el("button", "secondary older", "Show earlier messages");
   b.type = "button";
   b.id = "load-older";
   b.addEventListener("click", loadOlder);
-  olderObserver.disconnect();
-  olderObserver.observe(b);
   return b;
-}
+})();
 
 async function showWholePart(partId) {
   try {
     const whole = await call("GET", `/api/parts/${partId}/`);
-    parts.set(partId, { ...parts.get(partId), ...whole, truncated: false });
+    parts.set(partId, { ...parts.get(partId), ...whole, truncated: false, v: ++seq });
     render();
   } catch (err) { showError(err.message); }
 }
@@ -222,6 +286,7 @@ async function loadTree() {
   }
   checkpoints = new Map();
   for (const c of timeline) if (!c.hidden) checkpoints.set(c.message_id, c);
+  globalV++;
 }
 
 let treeTimer = null;
@@ -262,14 +327,16 @@ function handle(ev) {
     case "message.part.removed": {
       parts.delete(ev.part_id);
       const m = messages.get(ev.message_id);
-      if (m) m.partIds = m.partIds.filter((id) => id !== ev.part_id);
+      if (m) { m.partIds = m.partIds.filter((id) => id !== ev.part_id); m.v = ++seq; }
       break;
     }
     case "session.status": setStatus(ev.status); break;
     case "session.diff": loadFiles(); loadChanges(); break;
     case "session.updated": {
       const moved = !session || session.head_message_id !== ev.session.head_message_id;
-      session = ev.session;
+      const hadRevert = session?.revert;
+      setSession(ev.session);
+      if (hadRevert && !ev.session.revert) clearRevertPrompt();
       renderPermissions();
       renderModelPicker();
       setStatus(ev.session.status);
@@ -283,7 +350,10 @@ function handle(ev) {
     }
     case "run.updated":
       if (ev.run.status === "error" && ev.run.error) showError(ev.run.error.message);
-      if (["completed", "cancelled", "error", "paused"].includes(ev.run.status)) refreshTree();
+      if (["completed", "cancelled", "error", "paused"].includes(ev.run.status)) {
+        refreshTree();
+        if (regenerating && ev.run.mode === "regenerate") setTimeout(regenerateOutcome, 400);
+      }
       break;
     default: return;
   }
@@ -293,6 +363,7 @@ function handle(ev) {
 let currentStatus = "idle";
 
 function setStatus(status) {
+  if (status !== currentStatus) globalV++;
   currentStatus = status;
   const badge = document.getElementById("status");
   badge.textContent = status;
@@ -321,50 +392,66 @@ function updateControls() {
   document.getElementById("resume").hidden = busy || waiting || !lastTurnUnfinished();
 }
 
-function el(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
+// -- parts ---------------------------------------------------------------------------------
+const partNodes = new Map(); // part id -> {key, node}
+const msgNodes = new Map(); // message id -> {key, node}
+
+function toolLabel(p) {
+  // What the card says of the call. A call left running or pending when the session is no
+  // longer busy was stopped (Stop, a crash): it says so, not "running" beside an idle badge.
+  const s = p.state || {};
+  const meta = s.metadata || {};
+  if (meta.interrupted) return { label: `interrupted (${meta.reason || "?"})`, cls: "stopped" };
+  const live = currentStatus === "busy" || currentStatus === "waiting";
+  if (!live && (s.status === "running" || (s.status === "pending" && s.approval?.status !== "requested"))) {
+    return { label: "stopped", cls: "stopped" };
+  }
+  return { label: s.status || "", cls: s.status || "" };
 }
 
-function renderPartBody(p) {
-  if (p.type === "text") return el("div", "text", p.text);
-  if (p.type === "reasoning") return el("div", "reasoning", p.text);
-  if (p.type === "tool") {
-    // A collapsible card: name, status and target in the summary; input and output inside.
-    const box = el("details", "tool");
-    box.dataset.partId = p.id;
-    const s = p.state || {};
-    if (openTools.has(p.id) || s.status === "running" || s.status === "error") box.open = true;
-    const head = el("summary");
-    // The user's choice (a click or Enter on the summary, before the card toggles) is kept;
-    // a card opened because it runs closes again when it is done.
-    head.addEventListener("click", () => {
-      if (box.open) openTools.delete(p.id); else openTools.add(p.id);
-    });
-    const meta = s.metadata || {};
-    const label = meta.interrupted ? `interrupted (${meta.reason || "?"})` : s.status || "";
-    head.append(el("span", "name", p.tool), el("span", "state " + (s.status || ""), label));
-    const input = s.input || {};
-    head.append(el("span", "muted", input.path ?? input.command ?? (input.seconds !== undefined ? `${input.seconds}s` : "")));
-    head.setAttribute("aria-label", `Tool ${p.tool}, ${label}: show input and output`);
-    box.append(head);
-    box.append(el("pre", "input", JSON.stringify(input, null, 1)));
-    const approval = s.approval || {};
-    if (s.status === "pending" && approval.status === "requested") {
-      box.open = true;
-      box.classList.add("asking");
-      box.append(approvalCard(p, approval));
-    } else if (approval.status && approval.by !== "rule") {
-      box.append(el("p", "muted decision", approval.status === "denied"
-        ? `Denied by you${approval.reason ? ": " + approval.reason : ""}` : "Allowed by you"));
-    }
-    // The output as it comes (a running shell), and what an interrupted call had printed.
-    if (s.output) box.append(el("pre", "output" + (s.status === "running" ? " live" : ""), s.output));
-    if (s.status === "error") box.append(el("pre", "error", s.error || "error"));
+function renderToolCard(p) {
+  // A collapsible card: name, status and target in the summary; input and output inside.
+  const box = el("details", "tool");
+  box.dataset.partId = p.id;
+  const s = p.state || {};
+  if (openTools.has(p.id) || s.status === "running" || s.status === "error") box.open = true;
+  const head = el("summary");
+  // The user's choice (a click or Enter on the summary, before the card toggles) is kept;
+  // a card opened because it runs closes again when it is done.
+  head.addEventListener("click", () => {
+    if (box.open) openTools.delete(p.id); else openTools.add(p.id);
+  });
+  const { label, cls } = toolLabel(p);
+  head.append(el("span", "name", p.tool), el("span", "state " + cls, label));
+  const input = s.input || {};
+  head.append(el("span", "muted", input.path ?? input.command ?? (input.seconds !== undefined ? `${input.seconds}s` : "")));
+  box.append(head);
+  box.append(el("pre", "input", JSON.stringify(input, null, 1)));
+  const approval = s.approval || {};
+  if (s.status === "pending" && approval.status === "requested") {
+    box.open = true;
+    box.classList.add("asking");
+    box.append(approvalCard(p, approval));
+  } else if (approval.status && approval.by !== "rule") {
+    box.append(el("p", "muted decision", approval.status === "denied"
+      ? `Denied by you${approval.reason ? ": " + approval.reason : ""}` : "Allowed by you"));
+  }
+  // The output as it comes (a running shell), and what an interrupted call had printed.
+  if (s.output) box.append(el("pre", "output" + (s.status === "running" ? " live" : ""), s.output));
+  if (s.status === "error") box.append(el("pre", "error", s.error || "error"));
+  return box;
+}
+
+function renderPartBody(p, role, reuse) {
+  if (p.type === "text") {
+    if (role !== "assistant") return el("div", "text", p.text); // people's words stay plain
+    // Assistant text is Markdown, rendered safely; a growing text grows in place.
+    const box = reuse && reuse.classList.contains("text") ? reuse : el("div", "text");
+    renderInto(box, p.text || "");
     return box;
   }
+  if (p.type === "reasoning") return el("div", "reasoning", p.text);
+  if (p.type === "tool") return renderToolCard(p);
   if (p.type === "compaction") {
     // A divider that opens to the summary the model sees in place of the older messages.
     const box = el("details", "compaction");
@@ -374,11 +461,35 @@ function renderPartBody(p) {
       if (box.open) openTools.delete(p.id); else openTools.add(p.id);
     });
     box.append(head);
-    box.append(el("div", "text", p.text || ""));
+    const text = el("div", "text");
+    renderInto(text, p.text || "");
+    box.append(text);
     return box;
   }
   if (p.type === "patch") return el("div", "patch", "changed: " + (p.files || []).join(", "));
   return null;
+}
+
+function partNode(p, m, dimmed) {
+  const key = `${p.v}|${dimmed}|${p.type === "tool" ? currentStatus : ""}`;
+  const known = partNodes.get(p.id);
+  if (known && known.key === key) return known.node;
+  // A streaming text part keeps its element (its finished blocks are not rendered again).
+  const reuse = known && p.type === "text" && !p.truncated ? known.node : null;
+  const node = renderPartBody(p, m.role, reuse);
+  if (node) {
+    node.classList.toggle("reverted", dimmed);
+    if (p.truncated) {
+      // Lists cut very long fields; the whole part is one click away.
+      const more = el("button", "link show-whole", "Cut here — show all");
+      more.type = "button";
+      more.addEventListener("click", () => showWholePart(p.id));
+      node.append(more);
+    }
+    if (p.type === "tool" && m.role === "assistant") node.append(revertButton(m.id, p.id));
+  }
+  partNodes.set(p.id, { key, node });
+  return node;
 }
 
 const denyReasons = new Map(); // part id -> the reason being typed (kept across renders)
@@ -416,18 +527,6 @@ function approvalCard(p, approval) {
   return card;
 }
 
-function renderPart(p) {
-  const node = renderPartBody(p);
-  if (node && p.truncated) {
-    // Lists cut very long fields; the whole part is one click away.
-    const more = el("button", "link show-whole", "Cut here — show all");
-    more.type = "button";
-    more.addEventListener("click", () => showWholePart(p.id));
-    node.append(more);
-  }
-  return node;
-}
-
 function revertedIds() {
   // What a pending revert covers: messages from the boundary on, or, for a part boundary,
   // that message's parts from the part on and every later message.
@@ -450,31 +549,45 @@ function revertedIds() {
 }
 
 function revertButton(messageId, partId) {
-  const b = el("button", "revert-here", "↺ revert to here");
+  const b = el("button", "revert-here act", "↺ revert to here");
   b.type = "button";
   b.title = "Revert the conversation and the files to this point";
+  b.setAttribute("aria-label", partId ? "Revert to this tool call" : "Revert to here");
   b.addEventListener("click", () => doRevert(messageId, partId));
   return b;
+}
+
+function textOf(m) {
+  return m ? m.partIds.map((id) => parts.get(id)).filter((p) => p && p.type === "text").map((p) => p.text).join("") : "";
 }
 
 async function doRevert(messageId, partId) {
   showError("");
   try {
-    session = await call("POST", api("/revert/"), partId ? { message_id: messageId, part_id: partId } : { message_id: messageId });
+    setSession(await call("POST", api("/revert/"), partId ? { message_id: messageId, part_id: partId } : { message_id: messageId }));
     const boundary = messages.get(session.revert.message_id);
     if (boundary && boundary.role === "user" && !session.revert.part_id) {
-      const text = boundary.partIds.map((id) => parts.get(id)).filter((p) => p.type === "text").map((p) => p.text).join("");
-      document.getElementById("prompt").value = text; // sending it again confirms the revert
+      // Sending it again confirms the revert; an unrevert takes it out again.
+      revertPrompt = textOf(boundary);
+      document.getElementById("prompt").value = revertPrompt;
     }
     render();
     loadFiles();
   } catch (err) { showError(err.message); }
 }
 
+function clearRevertPrompt() {
+  const prompt = document.getElementById("prompt");
+  if (revertPrompt !== null && prompt.value === revertPrompt) prompt.value = "";
+  revertPrompt = null;
+}
+
 async function revertMove(path) {
   showError("");
   try {
-    session = await call("POST", api(path), {});
+    setSession(await call("POST", api(path), {}));
+    if (path === "/unrevert/") clearRevertPrompt();
+    else revertPrompt = null;
     if (path === "/cleanup/") await loadMessages(false);
     render();
     loadFiles();
@@ -486,6 +599,8 @@ function renderRevertBar() {
   const r = session && session.revert;
   bar.hidden = !r;
   if (!r) return;
+  if (bar.dataset.key === JSON.stringify(r)) return;
+  bar.dataset.key = JSON.stringify(r);
   const changes = r.changes || [];
   const list = el("ul", "changes");
   for (const c of changes) {
@@ -534,41 +649,98 @@ function usageLines() {
   }
 }
 
+// -- rendering -----------------------------------------------------------------------------
+let frame = 0;
+let stickToEnd = true; // the next render scrolls to the end (the first one, a reload)
+
 function render() {
+  if (!frame) frame = requestAnimationFrame(() => flush(true));
+}
+
+function reconcile(parent, nodes) {
+  // Make parent's children exactly `nodes`, moving only what is out of place (a node that
+  // stays where it is keeps focus, selection and its open state).
+  let cur = parent.firstChild;
+  for (const n of nodes) {
+    if (cur === n) { cur = cur.nextSibling; continue; }
+    parent.insertBefore(n, cur);
+  }
+  while (cur) {
+    const next = cur.nextSibling;
+    parent.removeChild(cur);
+    cur = next;
+  }
+}
+
+function atEnd() {
+  const s = document.scrollingElement;
+  return s.scrollHeight - s.scrollTop - window.innerHeight < 120;
+}
+
+function flush(follow) {
+  if (frame) { cancelAnimationFrame(frame); frame = 0; }
+  const stick = follow && (stickToEnd || atEnd());
+  if (stick) trimOlder();
   usageLines();
   const box = document.getElementById("messages");
-  const frag = document.createDocumentFragment();
   const dim = revertedIds();
-  if (olderPage) frag.append(olderButton());
+  const lastAnswer = lastAnswerId();
+  const nodes = [];
+  if (olderPage) nodes.push(olderButton);
   for (const id of order) {
     const m = messages.get(id);
     if (!m) continue;
-    const div = el("div", "msg " + m.role + (dim.has(id) ? " reverted" : ""));
-    div.dataset.messageId = id;
-    for (const pid of m.partIds) {
-      const part = parts.get(pid);
-      const node = renderPart(part);
-      if (!node) continue;
-      if (dim.has(pid)) node.classList.add("reverted");
-      if (part.type === "tool" && m.role === "assistant") node.append(revertButton(id, pid));
-      div.append(node);
-    }
-    if (m.error && m.error.message) div.append(el("div", "msg-error", m.error.message));
-    const spent = lastOfRun.get(id);
-    if (spent) div.append(el("div", "usage muted", spent));
-    if (div.childNodes.length) {
-      div.append(revertButton(id));
-      const actions = messageActions(m, id === lastAnswerId());
-      if (actions) div.append(actions);
-      frag.append(div);
-    }
+    const node = messageNode(m, dim, id === lastAnswer);
+    if (node) nodes.push(node);
   }
+  for (const id of msgNodes.keys()) if (!messages.has(id)) msgNodes.delete(id);
   const later = laterBranch();
-  if (later) frag.append(later);
-  box.replaceChildren(frag);
+  if (later) nodes.push(later);
+  reconcile(box, nodes);
+  olderObserver.disconnect();
+  if (olderPage) olderObserver.observe(olderButton);
   renderContinueBar();
   renderRevertBar();
   updateControls();
+  if (stick) {
+    stickToEnd = false;
+    document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;
+  }
+}
+
+function messageNode(m, dim, isLastAnswer) {
+  const spent = lastOfRun.get(m.id) || "";
+  const dimmed = dim.has(m.id);
+  let partsKey = "";
+  for (const pid of m.partIds) partsKey += `${parts.get(pid)?.v}${dim.has(pid) ? "d" : ""},`;
+  const key = `${m.v}|${partsKey}|${dimmed}|${spent}|${isLastAnswer}|${globalV}|${editing.has(m.id)}`;
+  const known = msgNodes.get(m.id);
+  if (known && known.key === key) return known.node;
+  const div = known ? known.node : el("div");
+  div.className = "msg " + m.role + (dimmed ? " reverted" : "");
+  div.dataset.messageId = m.id;
+  const kids = [];
+  if (editing.has(m.id)) {
+    kids.push(editForm(m));
+  } else {
+    for (const pid of m.partIds) {
+      const part = parts.get(pid);
+      if (!part) continue;
+      const node = partNode(part, m, dim.has(pid));
+      if (node) kids.push(node);
+    }
+  }
+  if (m.error && m.error.message) kids.push(el("div", "msg-error", m.error.message));
+  if (spent) kids.push(el("div", "usage muted", spent));
+  if (!kids.length) {
+    msgNodes.delete(m.id);
+    return null;
+  }
+  const actions = messageActions(m, isLastAnswer);
+  if (actions) kids.push(actions);
+  reconcile(div, kids);
+  msgNodes.set(m.id, { key, node: div });
+  return div;
 }
 
 function lastAnswerId() {
@@ -584,12 +756,17 @@ function button(label, title, onClick, cls = "act") {
   const b = el("button", cls, label);
   b.type = "button";
   b.title = title;
-  b.setAttribute("aria-label", title);
+  // The name starts with what the button shows (a word label), then says what it does.
+  const says = /\w/.test(label) && !title.toLowerCase().includes(label.toLowerCase());
+  b.setAttribute("aria-label", says ? `${label}: ${title}` : title);
   b.addEventListener("click", onClick);
   return b;
 }
 
 function messageActions(m, isLastAnswer) {
+  // The message's moves. They float over the bubble's lower edge on hover or keyboard focus
+  // (no empty strip in every bubble); on a touch screen a tap on the bubble shows them. The
+  // branch switcher, which says where the reader is, always shows.
   const bar = el("div", "actions");
   const siblings = children.get(m.parent_id || "") || [];
   if (siblings.length > 1) {
@@ -601,17 +778,69 @@ function messageActions(m, isLastAnswer) {
     next.disabled = at >= siblings.length - 1;
     nav.append(prev, el("span", "count", `${at + 1}/${siblings.length}`), next);
     bar.append(nav);
+    bar.classList.add("has-branches");
   }
   const point = checkpoints.get(m.id);
-  const idle = currentStatus !== "busy";
+  const idle = currentStatus !== "busy" && currentStatus !== "waiting";
+  const moves = el("span", "moves");
+  if (m.role === "user" && point && idle && !editing.has(m.id)) {
+    moves.append(button("Edit", "Edit", () => startEdit(m), "act edit"));
+  }
   if (point && idle) {
-    bar.append(button("Fork from here", "Fork the session (chat and files) at this message", () => forkAt(m.id), "act fork-here"));
-    bar.append(button("Continue from here", "Ask a new question from this point, as a new branch", () => armContinue(point, m.id), "act continue-here"));
+    moves.append(button("Fork from here", "Fork the session (chat and files) at this message", () => forkAt(m.id), "act fork-here"));
+    moves.append(button("Continue from here", "Ask a new question from this point, as a new branch", () => armContinue(point, m.id), "act continue-here"));
     if (isLastAnswer && point.run_status !== "running" && point.run_status !== "pending") {
-      bar.append(button("Regenerate", "Answer again from here (tools are not run again)", () => regenerate(point.run_id), "act regenerate"));
+      moves.append(button("Regenerate", "Answer again from here (tools are not run again)", () => regenerate(point.run_id, m.id), "act regenerate"));
     }
   }
-  return bar.childNodes.length ? bar : null;
+  moves.append(revertButton(m.id));
+  bar.append(moves);
+  return bar;
+}
+
+// -- edit and resend -----------------------------------------------------------------------
+function startEdit(m) {
+  editing.set(m.id, textOf(m));
+  render();
+  requestAnimationFrame(() => {
+    const box = document.querySelector(`[data-message-id="${m.id}"] textarea.edit-text`);
+    if (box) { box.focus(); box.setSelectionRange(box.value.length, box.value.length); }
+  });
+}
+
+function editForm(m) {
+  const form = el("form", "edit-form");
+  const text = el("textarea", "edit-text");
+  text.rows = Math.min(12, Math.max(2, (editing.get(m.id) || "").split("\n").length));
+  text.value = editing.get(m.id) || "";
+  text.setAttribute("aria-label", "Edited message");
+  text.addEventListener("input", () => editing.set(m.id, text.value));
+  text.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) form.requestSubmit();
+    if (e.key === "Escape") { editing.delete(m.id); render(); }
+  });
+  const row = el("div", "row");
+  const send = el("button", "", "Send");
+  send.type = "submit";
+  send.setAttribute("aria-label", "Send the edited message");
+  row.append(send, button("Cancel", "Cancel the edit", () => { editing.delete(m.id); render(); }, "secondary"));
+  form.append(text, el("p", "muted", "Sending starts a new branch from here; this one stays (‹ ›)."), row);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const value = text.value.trim();
+    if (!value) return;
+    const point = checkpoints.get(m.id);
+    if (!point) return showError("This message cannot be edited yet; try again in a moment.");
+    showError("");
+    try {
+      // The edited text hangs from the message's parent: the run's transcript up to just
+      // before it (a user message is one entry), the files put back as they were there.
+      await call("POST", `/api/runs/${point.run_id}/continue/`, { continue_from: point.index - 1, input: value });
+      editing.delete(m.id);
+      render();
+    } catch (err) { showError(err.message); }
+  });
+  return form;
 }
 
 function laterBranch() {
@@ -630,10 +859,12 @@ function laterBranch() {
 async function switchHead(messageId) {
   showError("");
   try {
-    session = await call("POST", api("/head/"), { message_id: messageId });
+    setSession(await call("POST", api("/head/"), { message_id: messageId }));
     await loadMessages(false);
     await loadTree();
     render();
+    loadFiles();
+    loadChanges();
   } catch (err) { showError(err.message); }
 }
 
@@ -654,20 +885,44 @@ function armContinue(point, messageId) {
 function renderContinueBar() {
   const bar = document.getElementById("continue-bar");
   bar.hidden = !continueFrom;
-  if (!continueFrom) return;
+  if (!continueFrom) { bar.dataset.key = ""; return; }
+  if (bar.dataset.key === continueFrom.message_id) return;
+  bar.dataset.key = continueFrom.message_id;
   const m = messages.get(continueFrom.message_id);
-  const text = m ? m.partIds.map((id) => parts.get(id)).filter((p) => p.type === "text").map((p) => p.text).join("").slice(0, 60) : "";
+  let text = textOf(m).replace(/\s+/g, " ").trim();
+  if (!text && m) {
+    const tool = m.partIds.map((id) => parts.get(id)).find((p) => p && p.type === "tool");
+    text = tool ? `${tool.tool} ${tool.state?.input?.path ?? tool.state?.input?.command ?? ""}`.trim() : "";
+  }
+  const who = m?.role === "user" ? "your message" : "the answer";
+  const quote = text ? `“${text.length > 80 ? text.slice(0, 79) + "…" : text}”` : "";
   bar.replaceChildren(
-    el("span", "", `Continuing from message ${continueFrom.index} ${text ? "“" + text + "”" : ""} — your message starts a new branch.`),
+    el("span", "", `Continuing after ${who} ${quote} — your message starts a new branch.`),
     button("Cancel", "Stop continuing from that point", () => { continueFrom = null; renderContinueBar(); }, "secondary"),
   );
 }
 
-async function regenerate(runId) {
+async function regenerate(runId, messageId) {
   showError("");
+  notice("Regenerating…");
+  regenerating = { runId, before: textOf(messages.get(messageId)) };
   try {
     await call("POST", `/api/runs/${runId}/regenerate/`, {});
-  } catch (err) { showError(err.message); }
+  } catch (err) {
+    regenerating = null;
+    notice("");
+    showError(err.message);
+  }
+}
+
+function regenerateOutcome() {
+  // Say what came of it: a new answer equal to the old one would otherwise look like nothing.
+  if (!regenerating) return;
+  const now = textOf(messages.get(lastAnswerId()));
+  const same = now === regenerating.before;
+  regenerating = null;
+  notice(same ? "Regenerated: the new answer is the same as before (‹ › shows both)."
+    : "Regenerated: a new answer (‹ › shows the earlier one).");
 }
 
 async function rollback() {
@@ -675,123 +930,27 @@ async function rollback() {
   document.getElementById("session-menu").open = false;
   showError("");
   try {
-    session = await call("POST", api("/rollback/"), { num_turns: Number.isNaN(n) ? 0 : n });
+    setSession(await call("POST", api("/rollback/"), { num_turns: Number.isNaN(n) ? 0 : n }));
     await loadMessages(false);
     await loadTree();
     render();
   } catch (err) { showError(err.message); }
 }
 
-async function loadLineage() {
-  const data = await call("GET", api("/lineage/")).catch(() => null);
-  const box = document.getElementById("lineage");
-  if (!data) return;
-  const chain = [...data.ancestors, data.session];
-  const forks = data.forks;
-  if (chain.length === 1 && !forks.length) {
-    box.replaceChildren(el("p", "muted", "Not forked yet. “Fork from here” on a message, or Fork session in the menu."));
-    return;
-  }
-  // A small picture: the chain of parents left to right, the forks of this session below it.
-  const W = 150, H = 34, GAP = 22;
-  const cols = Math.max(chain.length, 1);
-  const width = Math.max(cols * (W + GAP), forks.length ? (chain.length - 1) * (W + GAP) + W + 10 : 0);
-  const height = H + (forks.length ? forks.length * (H + 10) + GAP : 0) + 4;
-  const ns = "http://www.w3.org/2000/svg";
-  const svg = document.createElementNS(ns, "svg");
-  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
-  svg.setAttribute("role", "img");
-  svg.setAttribute("aria-label", `Lineage: ${chain.map((s) => s.title).join(" → ")}${forks.length ? `; ${forks.length} fork(s)` : ""}`);
-  const node = (s, x, y, current) => {
-    const a = document.createElementNS(ns, "a");
-    a.setAttribute("href", `/sessions/${s.id}/`);
-    const r = document.createElementNS(ns, "rect");
-    Object.entries({ x, y, width: W, height: H, rx: 6, class: current ? "node current" : "node" }).forEach(([k, v]) => r.setAttribute(k, v));
-    const t = document.createElementNS(ns, "text");
-    Object.entries({ x: x + 8, y: y + H / 2 + 4 }).forEach(([k, v]) => t.setAttribute(k, v));
-    t.textContent = (s.title || s.id).slice(0, 20);
-    const title = document.createElementNS(ns, "title");
-    title.textContent = s.title || s.id;
-    a.append(r, t, title);
-    svg.append(a);
-  };
-  const line = (x1, y1, x2, y2) => {
-    const l = document.createElementNS(ns, "path");
-    l.setAttribute("d", `M${x1} ${y1} C${x1 + 10} ${y1}, ${x2 - 10} ${y2}, ${x2} ${y2}`);
-    l.setAttribute("class", "edge");
-    svg.append(l);
-  };
-  chain.forEach((s, i) => {
-    const x = i * (W + GAP);
-    if (i) line(x - GAP, H / 2, x, H / 2);
-    node(s, x, 0, i === chain.length - 1);
-  });
-  const cx = (chain.length - 1) * (W + GAP);
-  forks.forEach((s, i) => {
-    const y = H + GAP + i * (H + 10);
-    const path = document.createElementNS(ns, "path");
-    path.setAttribute("d", `M${cx + 12} ${H} V${y + H / 2} H${cx + 24}`);
-    path.setAttribute("class", "edge");
-    svg.append(path);
-    const g = document.createElementNS(ns, "g");
-    svg.append(g);
-    node(s, cx + 24, y, false);
-  });
-  box.replaceChildren(svg);
-}
-
-async function loadChanges() {
-  const list = await call("GET", api("/diff/")).catch(() => []);
-  const ul = document.getElementById("changes");
-  ul.replaceChildren(...list.map((d) => {
-    const li = el("li", "change " + d.status);
-    li.tabIndex = 0;
-    li.setAttribute("role", "button");
-    li.setAttribute("aria-label", `Show the diff of ${d.file}`);
-    li.append(el("code", "", d.file), el("span", "muted", ` ${d.status} +${d.additions} −${d.deletions}`));
-    const show = () => showDiff(d.file);
-    li.addEventListener("click", show);
-    li.addEventListener("keydown", (e) => { if (e.key === "Enter") show(); });
-    return li;
-  }));
-  if (!list.length) ul.replaceChildren(el("li", "muted", "No changes yet."));
-}
-
-async function showDiff(file) {
-  const view = document.getElementById("diff-view");
-  const data = await call("GET", api(`/diff/?file=${encodeURIComponent(file)}`)).catch((err) => ({ patch: err.message }));
-  view.replaceChildren(...(data.patch || "(no textual change)").split("\n").map((line) => {
-    const cls = line.startsWith("+") && !line.startsWith("+++") ? "add"
-      : line.startsWith("-") && !line.startsWith("---") ? "del" : line.startsWith("@@") ? "hunk" : "";
-    return el("span", "line " + cls, line + "\n");
-  }));
-  view.hidden = false;
-}
-
-async function loadFiles() {
-  const list = await call("GET", api("/files/")).catch(() => []);
-  const ul = document.getElementById("files");
-  ul.replaceChildren(...list.map((f) => {
-    const li = el("li", "", f.path);
-    li.addEventListener("click", async () => {
-      const res = await fetch(api(`/files/${f.path}`), { credentials: "same-origin" });
-      const view = document.getElementById("file-view");
-      view.textContent = await res.text();
-      view.hidden = false;
-    });
-    return li;
-  }));
-}
-
+// -- the socket ----------------------------------------------------------------------------
 // The socket comes first, then the state over the API, then the events that came meanwhile.
 // When the socket drops (a server restart), it is opened again, and once it is open the
 // state is read again (it may have moved on while the socket was down).
+let socket = null;
 let everOpened = false;
 function connect() {
   const proto = location.protocol === "https:" ? "wss" : "ws";
+  const sid = sessionId;
   return new Promise((resolve) => {
-    const ws = new WebSocket(`${proto}://${location.host}/ws/sessions/${sessionId}/`);
+    const ws = new WebSocket(`${proto}://${location.host}/ws/sessions/${sid}/`);
+    socket = ws;
     ws.onmessage = (msg) => {
+      if (ws !== socket) return;
       const ev = JSON.parse(msg.data);
       if (ready) handle(ev); else buffered.push(ev);
     };
@@ -801,6 +960,7 @@ function connect() {
       everOpened = true;
     };
     ws.onclose = (e) => {
+      if (ws !== socket) return; // a socket of a session we left
       if (e.code === 4403) return showError("You may not see this session.");
       ready = false;
       setTimeout(connect, 1000);
@@ -854,7 +1014,7 @@ async function setPermission(tool, value) {
   showError("");
   try {
     const rules = { ...(session.permissions || {}), [tool]: value };
-    session = await call("PATCH", api("/"), { permissions: rules });
+    setSession(await call("PATCH", api("/"), { permissions: rules }));
     renderPermissions();
   } catch (err) { showError(err.message); }
 }
@@ -874,20 +1034,68 @@ async function renderModelPicker() {
   }));
 }
 
+function showTitle() {
+  document.getElementById("title").textContent = session.title || session.id;
+  document.title = session.title || session.id;
+  for (const a of document.querySelectorAll("a.export")) {
+    a.href = api(`/export/?format=${a.dataset.format}`);
+  }
+}
+
 async function start() {
-  session = await call("GET", api("/"));
+  const sid = sessionId;
+  const fresh = await call("GET", api("/"));
+  if (sid !== sessionId) return;
+  setSession(fresh);
+  showTitle();
   setStatus(session.status);
   renderPermissions();
   await renderModelPicker();
   await Promise.all([loadMessages(false), loadTree()]);
+  if (sid !== sessionId) return;
   ready = true;
   for (const ev of buffered.splice(0)) handle(ev);
-  render();
+  flush(true);
   loadFiles();
   loadChanges();
   loadLineage();
+  loadShare();
 }
 
+async function switchSession(id, push = true) {
+  // The sidebar opens another session in place: the socket, the state and the panels are
+  // the new session's; the page (and the app) stays.
+  if (id === sessionId) return;
+  if (push) history.pushState({ session: id }, "", `/sessions/${id}/`);
+  const old = socket;
+  socket = null;
+  if (old) old.close();
+  sessionId = id;
+  root.dataset.sessionId = id;
+  ready = false;
+  buffered = [];
+  session = null;
+  forgetAll();
+  children = new Map();
+  checkpoints = new Map();
+  continueFrom = null;
+  editing.clear();
+  olderPage = null;
+  revertPrompt = null;
+  globalV++;
+  showError("");
+  notice("");
+  closeViewers();
+  document.getElementById("session-menu").open = false;
+  markCurrent(id);
+  flush(false);
+  try {
+    await connect();
+    await start();
+  } catch (err) { showError(err.message); }
+}
+
+// -- the composer and the menu -----------------------------------------------------------
 document.getElementById("composer").addEventListener("submit", async (e) => {
   e.preventDefault();
   const input = document.getElementById("prompt");
@@ -903,36 +1111,18 @@ document.getElementById("composer").addEventListener("submit", async (e) => {
       await call("POST", api("/runs/"), { messages: [{ role: "user", content: text }] });
     }
     input.value = "";
+    revertPrompt = null;
+    stickToEnd = true;
   } catch (err) {
     showError(err.message);
   }
 });
 document.getElementById("rollback").addEventListener("click", rollback);
-document.getElementById("share").addEventListener("click", async () => {
-  showError("");
-  try {
-    const include = document.getElementById("share-system-prompt").checked;
-    const link = await call("POST", api("/share/"), { include_system_prompt: include });
-    const box = document.getElementById("share-box");
-    const url = document.getElementById("share-url");
-    url.value = new URL(link.url, location.origin).href;
-    box.hidden = false;
-    url.select();
-  } catch (err) { showError(err.message); }
-});
-document.getElementById("revoke-share").addEventListener("click", async () => {
-  showError("");
-  try {
-    await call("DELETE", api("/share/"));
-    document.getElementById("share-box").hidden = true;
-    document.getElementById("share-url").value = "";
-  } catch (err) { showError(err.message); }
-});
 document.getElementById("fork-session").addEventListener("click", () => forkAt(null));
 document.getElementById("model-picker").addEventListener("change", async (e) => {
   showError("");
   try {
-    session = await call("PATCH", api("/"), { model: e.target.value });
+    setSession(await call("PATCH", api("/"), { model: e.target.value }));
   } catch (err) {
     showError(err.message);
     renderModelPicker();
@@ -953,6 +1143,19 @@ document.getElementById("resume").addEventListener("click", async () => {
 document.getElementById("stop").addEventListener("click", async () => {
   await call("POST", api("/abort/"), {}).catch((err) => showError(err.message));
 });
+// On a touch screen (no hover), a tap on a bubble shows its moves; a tap elsewhere hides them.
+document.getElementById("messages").addEventListener("click", (e) => {
+  if (e.target.closest("button, a, input, textarea, summary, select")) return;
+  const msg = e.target.closest(".msg");
+  for (const open of document.querySelectorAll(".msg.touched")) if (open !== msg) open.classList.remove("touched");
+  if (msg) msg.classList.toggle("touched");
+});
+window.addEventListener("popstate", () => {
+  const match = location.pathname.match(/^\/sessions\/([^/]+)\/$/);
+  if (match) switchSession(match[1], false);
+});
+initShare();
+initSidebar({ call, showError, open: (id) => switchSession(id), current: () => sessionId });
 
 await connect();
 await start();

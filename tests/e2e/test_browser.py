@@ -140,7 +140,11 @@ def _flow(page, server) -> None:
     entry.wait_for()
     entry.click()
     page.wait_for_function("() => !document.getElementById('file-view').hidden")
-    assert page.locator("#file-view").inner_text() == "first line"
+    assert page.locator("#file-view pre").inner_text() == "first line"
+    # The viewer names the file and closes.
+    assert page.locator("#file-view .viewer-name").inner_text() == "notes/a.txt"
+    page.get_by_role("button", name="Close the file").click()
+    assert page.locator("#file-view").is_hidden()
     change = page.locator("#changes li", has_text="notes/a.txt")
     change.wait_for()
     change.click()
@@ -172,7 +176,7 @@ def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
 
     second = page.locator("#messages .msg.user").nth(1)
     second.hover()
-    second.locator("> button.revert-here").click()
+    second.locator("> .actions button.revert-here").click()
     page.wait_for_selector("#revert-bar:not([hidden])")
     bar = page.locator("#revert-bar").inner_text()
     assert "b.txt" in bar and "c.txt" in bar and "deleted" in bar
@@ -182,11 +186,13 @@ def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
 
     page.click("#unrevert")
     page.wait_for_selector("#revert-bar", state="hidden")
+    # The prompt the revert put back goes with it: sending it would redo the turn.
+    assert page.input_value("#prompt") == ""
     assert files_on_disk(server, session_id)["c.txt"] == "c content"
     assert page.locator("#messages .msg.reverted").count() == 0
 
     second.hover()
-    second.locator("> button.revert-here").click()
+    second.locator("> .actions button.revert-here").click()
     page.wait_for_selector("#revert-bar:not([hidden])")
     send(page, "say confirmed")
     page.wait_for_function("() => document.body.innerText.includes('confirmed')")

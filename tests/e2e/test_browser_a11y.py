@@ -17,29 +17,8 @@ pytestmark = pytest.mark.timeout(240)
 AXE = "/static/vendor/axe-core/axe.min.js"
 BLOCKING = ("serious", "critical")
 
-# TODO(chat.html/app.js): violations on the chat page whose fix belongs to the chat's own code,
-# as (rule id, axe's selector of the node); remove each entry with its fix, and this list when
-# it is empty.
-#   - the tool card's <summary> has aria-label "Tool write, completed: show input and output",
-#     which does not contain its visible text ("write completed notes.txt"): drop the
-#     aria-label (a <summary> already says it expands), or start it with the visible text;
-#   - #changes and #files: <li role="button" tabindex="0"> is not a list item any more, so the
-#     list is broken, and li.change's aria-label "Show the diff of …" does not contain its
-#     visible text: put a <button type="button"> inside each <li> holding the visible text
-#     (as templates/app/shared.html does for its files), with no aria-label, and bind the click
-#     to the button (Enter and Space come with it);
-#   - the message actions "Fork from here" and "Continue from here" (app.js button()) take their
-#     title as aria-label, which does not contain the visible text: leave the aria-label out
-#     (the title stays their description).
-# A node is known when axe's selector of it ends with the one given.
-CHAT_KNOWN: set[tuple[str, str]] = {
-    ("label-content-name-mismatch", ".tool > summary"),
-    ("label-content-name-mismatch", ".change"),
-    ("label-content-name-mismatch", '.fork-here.act[type="button"]'),
-    ("label-content-name-mismatch", '.continue-here.act[type="button"]'),
-    ("list", "#changes"),
-    ("list", "#files"),
-}
+# Violations known on the chat page, as (rule id, axe's selector of the node): none now.
+CHAT_KNOWN: set[tuple[str, str]] = set()
 
 # An answer in Markdown (the scripted model makes each two-character \\n a line break): the
 # rendered text, a highlighted code block with its Copy button, a table and a link are checked too.

@@ -128,7 +128,7 @@ def _flow(page, server) -> None:
     entry = page.locator("#files li", has_text="a.txt")
     entry.wait_for()
     entry.click()
-    page.wait_for_function("() => document.getElementById('file-view').textContent === 'one'")
+    page.wait_for_function("() => document.querySelector('#file-view pre').textContent === 'one'")
     # The lineage picture shows where it came from.
     page.wait_for_selector("#lineage svg")
     assert "Lineage:" in page.locator("#lineage svg").get_attribute("aria-label")

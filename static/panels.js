@@ -1,0 +1,197 @@
+// The chat's side panels: the worktree's files (with a viewer), the changes of the
+// conversation (with their diff), the lineage picture, and the share box of the session menu.
+// They read the session through `ctx`, which the chat sets (and changes when the sidebar
+// switches sessions).
+export const ctx = { api: (path) => path, call: async () => null, showError: () => {} };
+
+export function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+function viewer(id) {
+  // A viewer box: the name of what it shows, a Close button, and the content.
+  const box = document.getElementById(id);
+  const name = box.querySelector(".viewer-name");
+  const body = box.querySelector("pre");
+  return { box, name, body };
+}
+
+function openViewer(id, title, fill) {
+  const v = viewer(id);
+  v.name.textContent = title;
+  fill(v.body);
+  v.box.hidden = false;
+}
+
+export function closeViewers() {
+  for (const id of ["file-view", "diff-view"]) document.getElementById(id).hidden = true;
+}
+
+function clickable(li, action, ...content) {
+  // A list entry that opens something: a real button inside the item (keys for free).
+  const b = el("button", "file-link");
+  b.type = "button";
+  b.append(...content);
+  b.addEventListener("click", action);
+  li.append(b);
+  return li;
+}
+
+export async function loadFiles() {
+  const list = await ctx.call("GET", ctx.api("/files/")).catch(() => []);
+  const ul = document.getElementById("files");
+  ul.replaceChildren(...list.map((f) => {
+    const li = el("li");
+    li.dataset.path = f.path;
+    return clickable(li, () => showFile(f.path), f.path);
+  }));
+  if (!list.length) ul.replaceChildren(el("li", "muted empty", "No files yet."));
+  const shown = viewer("file-view");
+  if (!shown.box.hidden && !list.some((f) => f.path === shown.name.textContent)) shown.box.hidden = true;
+}
+
+async function showFile(path) {
+  const url = ctx.api(`/files/${path.split("/").map(encodeURIComponent).join("/")}`);
+  const res = await fetch(url, { credentials: "same-origin" });
+  const text = res.ok ? await res.text() : "This file cannot be shown.";
+  openViewer("file-view", path, (pre) => { pre.textContent = text; });
+}
+
+export async function loadChanges() {
+  const list = await ctx.call("GET", ctx.api("/diff/")).catch(() => []);
+  const ul = document.getElementById("changes");
+  ul.replaceChildren(...list.map((d) => {
+    const li = el("li", "change " + d.status);
+    return clickable(li, () => showDiff(d.file),
+      el("code", "", d.file), el("span", "muted", ` ${d.status} +${d.additions} −${d.deletions}`));
+  }));
+  if (!list.length) ul.replaceChildren(el("li", "muted empty", "No changes yet."));
+}
+
+async function showDiff(file) {
+  const data = await ctx.call("GET", ctx.api(`/diff/?file=${encodeURIComponent(file)}`)).catch((err) => ({ patch: err.message }));
+  openViewer("diff-view", file, (pre) => {
+    pre.replaceChildren(...(data.patch || "(no textual change)").split("\n").map((line) => {
+      const cls = line.startsWith("+") && !line.startsWith("+++") ? "add"
+        : line.startsWith("-") && !line.startsWith("---") ? "del" : line.startsWith("@@") ? "hunk" : "";
+      return el("span", "line " + cls, line + "\n");
+    }));
+  });
+}
+
+export async function loadLineage() {
+  const data = await ctx.call("GET", ctx.api("/lineage/")).catch(() => null);
+  const box = document.getElementById("lineage");
+  if (!data) return;
+  const chain = [...data.ancestors, data.session];
+  const forks = data.forks;
+  if (chain.length === 1 && !forks.length) {
+    box.replaceChildren(el("p", "muted", "Not forked yet. “Fork from here” on a message, or Fork session in the menu."));
+    return;
+  }
+  // Top to bottom, at the panel's own scale (never squeezed or cut): the chain of parents,
+  // this session, then its forks, indented under it.
+  const W = 200, H = 30, GAP = 14, INDENT = 22;
+  const width = INDENT + W + 2;
+  const rows = chain.length + forks.length;
+  const height = rows * (H + GAP) - GAP + 2;
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  svg.setAttribute("width", width);
+  svg.setAttribute("height", height);
+  svg.setAttribute("role", "img");
+  svg.setAttribute("aria-label", `Lineage: ${chain.map((s) => s.title).join(" → ")}${forks.length ? `; ${forks.length} fork(s)` : ""}`);
+  const node = (s, x, y, current) => {
+    const a = document.createElementNS(ns, "a");
+    a.setAttribute("href", `/sessions/${s.id}/`);
+    const r = document.createElementNS(ns, "rect");
+    Object.entries({ x: x + 1, y: y + 1, width: W, height: H, rx: 6, class: current ? "node current" : "node" }).forEach(([k, v]) => r.setAttribute(k, v));
+    const t = document.createElementNS(ns, "text");
+    Object.entries({ x: x + 10, y: y + H / 2 + 5 }).forEach(([k, v]) => t.setAttribute(k, v));
+    const title = s.title || s.id;
+    t.textContent = title.length > 26 ? title.slice(0, 25) + "…" : title;
+    const tip = document.createElementNS(ns, "title");
+    tip.textContent = title;
+    a.append(r, t, tip);
+    svg.append(a);
+  };
+  const edge = (d) => {
+    const l = document.createElementNS(ns, "path");
+    l.setAttribute("d", d);
+    l.setAttribute("class", "edge");
+    svg.append(l);
+  };
+  chain.forEach((s, i) => {
+    const y = i * (H + GAP);
+    if (i) edge(`M${W / 2} ${y - GAP + 1} V${y + 1}`);
+    node(s, 0, y, i === chain.length - 1);
+  });
+  const top = (chain.length - 1) * (H + GAP);
+  forks.forEach((s, i) => {
+    const y = top + (i + 1) * (H + GAP);
+    edge(`M12 ${top + H + 1} V${y + H / 2 + 1} H${INDENT + 1}`);
+    node(s, INDENT, y, false);
+  });
+  box.replaceChildren(svg);
+}
+
+// -- the share box ------------------------------------------------------------------------
+function showShare(link) {
+  const box = document.getElementById("share-box");
+  const button = document.getElementById("share");
+  if (!link) {
+    box.hidden = true;
+    document.getElementById("share-url").value = "";
+    button.textContent = "Share a read-only link";
+    return;
+  }
+  document.getElementById("share-url").value = new URL(link.url, location.origin).href;
+  const when = new Date(link.pinned_at);
+  document.getElementById("share-pinned").textContent =
+    `Pinned ${when.toLocaleString()}: the messages and files as they were then.`;
+  button.textContent = "Update the link to now";
+  box.hidden = false;
+}
+
+export async function loadShare() {
+  showShare(await ctx.call("GET", ctx.api("/share/")).catch(() => null));
+}
+
+export function initShare() {
+  document.getElementById("share").addEventListener("click", async () => {
+    ctx.showError("");
+    try {
+      const include = document.getElementById("share-system-prompt").checked;
+      showShare(await ctx.call("POST", ctx.api("/share/"), { include_system_prompt: include }));
+      document.getElementById("share-url").select();
+    } catch (err) { ctx.showError(err.message); }
+  });
+  document.getElementById("revoke-share").addEventListener("click", async () => {
+    ctx.showError("");
+    try {
+      await ctx.call("DELETE", ctx.api("/share/"));
+      showShare(null);
+    } catch (err) { ctx.showError(err.message); }
+  });
+  document.getElementById("copy-share").addEventListener("click", async () => {
+    const input = document.getElementById("share-url");
+    const done = document.getElementById("copy-share");
+    try {
+      await navigator.clipboard.writeText(input.value);
+    } catch {
+      input.select();
+      document.execCommand("copy");
+    }
+    done.textContent = "Copied";
+    setTimeout(() => { done.textContent = "Copy"; }, 1500);
+  });
+  for (const id of ["file-view", "diff-view"]) {
+    viewer(id).box.querySelector(".viewer-close").addEventListener("click", () => {
+      document.getElementById(id).hidden = true;
+    });
+  }
+}

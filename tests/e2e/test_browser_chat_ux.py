@@ -1,0 +1,248 @@
+"""The chat as a new user finds it (issue 17): edit and resend, the session sidebar, the
+message moves by hover, keyboard and touch, and the rough edges a first user hit — each
+driven in Debian's Chromium against the real stack."""
+
+from __future__ import annotations
+
+import re
+
+from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
+
+USERS = "() => [...document.querySelectorAll('#messages .msg.user .text')].map(e => e.textContent)"
+FILES = "() => [...document.querySelectorAll('#files li[data-path]')].map(e => e.dataset.path)"
+
+
+def answer(page, text: str) -> None:
+    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === {text!r}", timeout=40_000)
+    wait_idle(page)
+
+
+def files_are(page, names: list[str]) -> None:
+    page.wait_for_function(
+        f"(want) => JSON.stringify(({FILES})().sort()) === JSON.stringify(want)",
+        arg=sorted(names),
+        timeout=20_000,
+    )
+
+
+def test_edit_starts_a_branch_and_the_switcher_shows_each_branch_with_its_files(page, server):
+    login(page, server)
+    new_session(page)
+    send(page, "write a.txt one\nsay first")
+    answer(page, "first")
+    files_are(page, ["a.txt"])
+
+    first_user = page.locator("#messages .msg.user").first
+    first_user.hover()
+    first_user.get_by_role("button", name="Edit", exact=True).click()
+    box = first_user.locator("textarea.edit-text")
+    assert box.input_value() == "write a.txt one\nsay first"
+    box.fill("write b.txt two\nsay second")
+    first_user.get_by_role("button", name="Send the edited message").click()
+    answer(page, "second")
+    assert page.evaluate(USERS) == ["write b.txt two\nsay second"]
+    # The files are the new branch's: a.txt was made by the other branch only.
+    files_are(page, ["b.txt"])
+
+    user = page.locator("#messages .msg.user").first
+    assert user.locator(".branches .count").inner_text() == "2/2"
+    user.get_by_role("button", name="Previous branch").click()
+    page.wait_for_function(f"() => ({USERS})()[0] === 'write a.txt one\\nsay first'")
+    files_are(page, ["a.txt"])
+    assert page.locator("#messages .msg.user .branches .count").first.inner_text() == "1/2"
+
+
+def test_the_sidebar_searches_makes_and_switches_sessions_without_a_reload(page, server):
+    login(page, server)
+    first = new_session(page)
+    send(page, "say in the first")
+    answer(page, "in the first")
+    page.evaluate("() => { window.__stayed = true; }")
+
+    page.get_by_role("button", name="New", exact=True).click()
+    page.wait_for_function(f"() => !location.pathname.includes({first!r})")
+    wait_idle(page)
+    second = re.search(r"/sessions/(ses_[^/]+)/", page.url)[1]
+    assert page.locator("#messages .msg").count() == 0
+    send(page, "say in the second")
+    answer(page, "in the second")
+
+    link = page.locator(f'#sidebar-list a[data-session-id="{first}"]')
+    link.click()
+    page.wait_for_url(f"**/sessions/{first}/")
+    answer(page, "in the first")
+    assert page.evaluate("() => window.__stayed") is True, "the page was reloaded"
+    assert link.get_attribute("aria-current") == "page"
+    # Events of the session left behind do not reach this one.
+    assert page.locator("#messages .msg").count() == 2
+
+    page.fill("#sidebar-search", "zz-no-such-title")
+    page.wait_for_function(
+        "() => document.getElementById('sidebar-list').innerText.includes('No session matches')"
+    )
+    page.fill("#sidebar-search", "")
+    page.locator(f'#sidebar-list a[data-session-id="{second}"]').wait_for()
+    page.go_back()  # history follows the switches
+    page.wait_for_url(f"**/sessions/{second}/")
+    answer(page, "in the second")
+    assert page.evaluate("() => window.__stayed") is True
+
+
+def test_a_stopped_tool_says_stopped_beside_the_idle_badge(page, server):
+    login(page, server)
+    new_session(page)
+    send(page, "wait 30")
+    page.locator("details.tool .state", has_text="running").wait_for(timeout=30_000)
+    page.click("#stop")
+    wait_idle(page)
+    state = page.locator("details.tool .state").first
+    page.wait_for_function(
+        "() => !document.querySelector('details.tool .state').textContent.includes('running')"
+    )
+    assert re.match(r"stopped|interrupted", state.inner_text())
+
+
+def test_message_moves_cover_no_text_leave_no_strip_and_answer_keyboard_and_touch(
+    page, server, browser
+):
+    login(page, server)
+    sid = new_session(page)
+    send(page, "say a first answer that is long enough to wrap over more than one line " * 3)
+    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})()?.startsWith('a first answer')")
+    wait_idle(page)
+    msg = page.locator("#messages .msg.assistant").first
+    page.mouse.move(0, 0)
+    before = msg.bounding_box()
+    msg.hover()
+    moves = msg.locator(".actions .moves")
+    page.wait_for_function(
+        "() => getComputedStyle(document.querySelector('.msg.assistant .moves')).opacity === '1'"
+    )
+    after = msg.bounding_box()
+    assert after["height"] == before["height"], "showing the moves must not change the bubble"
+    text = msg.locator(".text").bounding_box()
+    bar = moves.bounding_box()
+    overlaps = not (
+        bar["y"] >= text["y"] + text["height"]
+        or bar["y"] + bar["height"] <= text["y"]
+        or bar["x"] >= text["x"] + text["width"]
+        or bar["x"] + bar["width"] <= text["x"]
+    )
+    assert not overlaps, (bar, text)
+    # No empty strip: the bubble ends right under its last content (the usage line).
+    content_bottom = msg.evaluate(
+        """m => Math.max(...[...m.children].filter(c => !c.classList.contains('actions'))
+                  .map(c => c.getBoundingClientRect().bottom))"""
+    )
+    assert before["y"] + before["height"] - content_bottom < 14
+
+    # Keyboard: the moves take focus, show, and act on Enter.
+    page.mouse.move(0, 0)
+    revert = msg.get_by_role("button", name="Revert to here")
+    revert.focus()
+    assert moves.evaluate("e => getComputedStyle(e).opacity") == "1"
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#revert-bar:not([hidden])")
+    page.click("#unrevert")
+    page.wait_for_selector("#revert-bar", state="hidden")
+
+    # Touch at 390 px: no sideways scrolling; a tap on the bubble shows its moves.
+    phone = browser.new_context(
+        viewport={"width": 390, "height": 844}, has_touch=True, is_mobile=True
+    )
+    try:
+        tab = phone.new_page()
+        login(tab, server)
+        tab.goto(f"{server.url}/sessions/{sid}/")
+        bubble = tab.locator("#messages .msg.assistant").first
+        bubble.wait_for()
+        assert tab.evaluate("() => document.scrollingElement.scrollWidth") <= 390
+        tab_moves = bubble.locator(".moves")
+        assert tab_moves.evaluate("e => getComputedStyle(e).opacity") == "0"
+        bubble.locator(".text").tap()
+        assert tab_moves.evaluate("e => getComputedStyle(e).opacity") == "1"
+        assert bubble.get_by_role("button", name="Revert to here").is_visible()
+    finally:
+        phone.close()
+
+
+def test_continue_names_the_message_and_regenerate_says_what_came_of_it(page, server):
+    login(page, server)
+    new_session(page)
+    send(page, "say the answer to continue from")
+    answer(page, "the answer to continue from")
+    last = page.locator("#messages .msg.assistant").last
+    last.hover()
+    last.get_by_role("button", name="Answer again from here (tools are not run again)").click()
+    page.wait_for_function(
+        "() => document.getElementById('notice').textContent.includes('the same as before')",
+        timeout=40_000,
+    )
+    wait_idle(page)
+    last = page.locator("#messages .msg.assistant").last
+    last.hover()
+    last.get_by_role("button", name="Ask a new question from this point, as a new branch").click()
+    bar = page.locator("#continue-bar").inner_text()
+    assert "“the answer to continue from”" in bar
+    assert not re.search(r"message \d", bar), "no internal index"
+
+
+def test_share_shows_the_existing_link_after_a_reload_and_copies_it(page, server):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    login(page, server)
+    new_session(page)
+    send(page, "say shared words")
+    answer(page, "shared words")
+    page.click("#session-menu summary")
+    page.click("#share")
+    page.wait_for_selector("#share-box:not([hidden])")
+    url = page.input_value("#share-url")
+    page.get_by_role("button", name="Copy the link").click()
+    assert page.evaluate("() => navigator.clipboard.readText()") == url
+    page.reload()
+    page.click("#session-menu summary")
+    page.wait_for_selector("#share-box:not([hidden])")
+    assert page.input_value("#share-url") == url
+    assert page.locator("#share-pinned").inner_text().startswith("Pinned ")
+    assert page.locator("#share").inner_text() == "Update the link to now"
+
+
+def test_panels_are_spaced_and_the_lineage_is_whole_and_readable(page, server):
+    login(page, server)
+    parent = new_session(page)
+    send(page, "write a.txt one")
+    wait_idle(page)
+    gaps = page.evaluate(
+        """() => [...document.querySelectorAll('aside.files h2')].slice(1).map(h => {
+             const all = [...h.parentElement.children];
+             const above = all.slice(0, all.indexOf(h)).filter(e => !e.hidden).pop();
+             return h.getBoundingClientRect().top - above.getBoundingClientRect().bottom;
+           })"""
+    )
+    assert all(g >= 12 for g in gaps), gaps
+    page.click("#session-menu summary")
+    page.click("#fork-session")
+    page.wait_for_function(f"() => !location.pathname.includes({parent!r})")
+    page.wait_for_selector("#lineage svg")
+    check = """() => {
+      const svg = document.querySelector('#lineage svg');
+      const box = svg.getBoundingClientRect();
+      const panel = document.getElementById('lineage').getBoundingClientRect();
+      const rects = [...svg.querySelectorAll('rect')].map(r => r.getBoundingClientRect());
+      const text = svg.querySelector('text').getBoundingClientRect();
+      return {
+        inside: rects.every(r => r.left >= box.left - 1 && r.right <= box.right + 1
+                                 && r.top >= box.top - 1 && r.bottom <= box.bottom + 1),
+        fits: box.right <= panel.right + 1,
+        textHeight: text.height,
+        nodes: rects.length,
+      };
+    }"""
+    fork_view = page.evaluate(check)
+    assert fork_view["inside"] and fork_view["fits"] and fork_view["nodes"] == 2, fork_view
+    assert fork_view["textHeight"] >= 11, "the lineage text is readable, not shrunk"
+    page.goto(f"{server.url}/sessions/{parent}/")
+    page.wait_for_selector("#lineage svg")
+    parent_view = page.evaluate(check)
+    assert parent_view["inside"] and parent_view["fits"], parent_view
+    assert parent_view["textHeight"] >= 11
