@@ -246,3 +246,44 @@ def test_panels_are_spaced_and_the_lineage_is_whole_and_readable(page, server):
     parent_view = page.evaluate(check)
     assert parent_view["inside"] and parent_view["fits"], parent_view
     assert parent_view["textHeight"] >= 11
+
+
+XSS_TEXT = (
+    "<img src=x onerror=window.__xss=1> <script>window.__xss=2</script> "
+    "[click](javascript:window.__xss=3) <a href='javascript:window.__xss=4'>a</a>"
+)
+XSS_FILE = "<img_src=x_onerror=window.__xss=5>.txt"
+
+
+def test_model_written_html_is_never_run_in_text_tool_output_or_file_names(page, server):
+    login(page, server)
+    new_session(page)
+    send(
+        page,
+        f"say {XSS_TEXT}\nwrite {XSS_FILE} <script>window.__xss=6</script>\nread {XSS_FILE}",
+    )
+    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'done'", timeout=40_000)
+    wait_idle(page)
+    page.locator("#files li", has_text="onerror").click()
+    page.wait_for_selector("#file-view:not([hidden])")
+    for card in page.locator("details.tool summary").all():
+        card.click()
+    page.wait_for_timeout(300)
+    found = page.evaluate(
+        """() => ({
+          xss: window.__xss,
+          img: document.querySelectorAll('#chat img').length,
+          script: document.querySelectorAll('#chat script').length,
+          handlers: [...document.querySelectorAll('#chat *')]
+            .filter(e => [...e.attributes].some(a => a.name.startsWith('on'))).length,
+          jsLinks: [...document.querySelectorAll('#chat a')]
+            .filter(a => (a.getAttribute('href') || '').toLowerCase().includes('javascript'))
+            .length,
+        })"""
+    )
+    assert found == {"xss": None, "img": 0, "script": 0, "handlers": 0, "jsLinks": 0}, found
+    # What the model wrote shows as text: its words are there, inert.
+    shown = page.locator("#messages").inner_text()
+    assert "<script>window.__xss=6</script>" in shown
+    assert XSS_FILE in page.locator("#files").inner_text()
+    assert "onerror" in page.locator("#messages .msg.assistant .text").first.inner_text()
