@@ -8,6 +8,7 @@ from django.db.models import Count, Exists, OuterRef
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
 from . import permissions
@@ -139,18 +140,11 @@ class SessionForm(forms.ModelForm):
 @admin.register(Session)
 class SessionAdmin(OwnedAdmin):
     form = SessionForm
-    list_display = (
-        "id",
-        "title",
-        "owner",
-        "status",
-        "message_count",
-        "reverted",
-        "shared",
-        "forked_from",
-        "model",
-        "created_at",
-    )
+    # Few, narrow columns, so that the list fits beside the filters at 1280 px: the title,
+    # id and lineage share a column, a pending revert shows under the status, and the model
+    # is a filter (and on the change page).
+    list_display = ("session", "owner", "state", "message_count", "shared", "created")
+    list_display_links = None  # the session column links to the change page itself
     list_filter = ("status", RevertFilter, SharedFilter, ForkFilter, "model")
     search_fields = ("id", "title", "owner__username")
     list_select_related = ("owner",)
@@ -172,6 +166,37 @@ class SessionAdmin(OwnedAdmin):
             .get_queryset(request)
             .annotate(n_messages=Count("messages", distinct=True), is_shared=Exists(live))
         )
+
+    @admin.display(description="session", ordering="id")
+    def session(self, obj: Session) -> str:
+        url = reverse("admin:sessions_app_session_change", args=[obj.pk])
+        lineage = (
+            format_html(
+                '<span class="session-note">fork of {}</span>',
+                self.forked_from(obj),
+            )
+            if obj.forked_from_session_id
+            else ""
+        )
+        return format_html(
+            '<a href="{}">{}</a><span class="session-id">{}</span>{}',
+            url,
+            obj.title or "(untitled)",
+            obj.pk,
+            lineage,
+        )
+
+    @admin.display(description="status", ordering="status")
+    def state(self, obj: Session) -> str:
+        if not obj.revert:
+            return obj.get_status_display()
+        return format_html(
+            '{}<span class="session-note">revert pending</span>', obj.get_status_display()
+        )
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: Session) -> str:
+        return timezone.localtime(obj.created_at).strftime("%Y-%m-%d %H:%M")
 
     @admin.display(description="messages", ordering="n_messages")
     def message_count(self, obj: Session) -> int:
@@ -233,10 +258,6 @@ class SessionAdmin(OwnedAdmin):
             f"{files} file{'' if files == 1 else 's'},"
             f" +{summary.get('additions', 0)} −{summary.get('deletions', 0)}"
         )
-
-    @admin.display(boolean=True, description="revert pending")
-    def reverted(self, obj: Session) -> bool:
-        return bool(obj.revert)
 
     @admin.action(description="Revert to a message or part…", permissions=["change"])
     def revert_action(self, request: HttpRequest, queryset) -> HttpResponse | None:  # noqa: ANN001
