@@ -1,5 +1,5 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
-sandbox, snapshots, abort, fork, load.
+sandbox, snapshots, abort, fork, load, render.
 
 Sets up a private environment (database ``agentplat_bench``, Redis db 5, free ports, a temp
 workspace), runs the selected benchmarks, prints each result beside its floor or baseline with
@@ -29,6 +29,7 @@ BENCHES = (
     "fork",
     "load",
     "sandbox",
+    "render",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -392,6 +393,12 @@ def main(argv: list[str] | None = None) -> int:
 
             r = sandbox.run(quick=args.quick)
             _record(results, printed, "sandbox", r, sandbox.report(r))
+        if "render" in selected:
+            print("bench: chat rendering in Chromium, current vs old app.js ...", flush=True)
+            from . import render
+
+            r = render.run(env, quick=args.quick)
+            _record(results, printed, "render", r, render.report(r))
     finally:
         env.close()
         RESULTS.mkdir(exist_ok=True)
