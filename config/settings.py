@@ -413,6 +413,17 @@ API_FILES_MAX = int(os.environ.get("API_FILES_MAX", "10000"))
 WORKTREE_MAX_BYTES = int(os.environ.get("WORKTREE_MAX_BYTES", str(200 * 1024 * 1024)))
 WORKTREE_MAX_FILE_BYTES = int(os.environ.get("WORKTREE_MAX_FILE_BYTES", str(20 * 1024 * 1024)))
 SESSIONS_PER_USER_MAX = int(os.environ.get("SESSIONS_PER_USER_MAX", "1000"))
+# Export and import (runs_app/services/export.py, importing.py): an export holds at most
+# EXPORT_MAX_BYTES of file content (the files at the head and the snapshots' history), and is
+# refused (413) past it; an import body may be IMPORT_MAX_BODY_BYTES (the JSON, base64 and
+# all: far above DATA_UPLOAD_MAX_MEMORY_SIZE, for that one endpoint) and hold at most these
+# many messages (and runs), parts, files and snapshot objects.
+EXPORT_MAX_BYTES = int(os.environ.get("EXPORT_MAX_BYTES", str(50 * 1024 * 1024)))
+IMPORT_MAX_BODY_BYTES = int(os.environ.get("IMPORT_MAX_BODY_BYTES", str(100 * 1024 * 1024)))
+IMPORT_MAX_MESSAGES = int(os.environ.get("IMPORT_MAX_MESSAGES", "10000"))
+IMPORT_MAX_PARTS = int(os.environ.get("IMPORT_MAX_PARTS", "100000"))
+IMPORT_MAX_FILES = int(os.environ.get("IMPORT_MAX_FILES", "10000"))
+IMPORT_MAX_OBJECTS = int(os.environ.get("IMPORT_MAX_OBJECTS", "100000"))
 
 # Websockets: every open socket re-checks this often that its credentials (the session
 # cookie's user and auth hash, or the ?token=) still reach its conversation, and closes

@@ -21,6 +21,8 @@ api = [
     path("auth/token/", session_views.auth_token),
     path("models/", session_views.ModelViewSet.as_view({"get": "list"})),
     path("sessions/", sessions({"get": "list", "post": "create"})),
+    # Before ``sessions/<session_id>/``, which would take "import" for an id.
+    path("sessions/import/", run_views.SessionImportViewSet.as_view({"post": "create"})),
     path(
         "sessions/<str:session_id>/",
         sessions({"get": "retrieve", "patch": "partial_update", "delete": "destroy"}),
@@ -33,6 +35,10 @@ api = [
     path("sessions/<str:session_id>/diff/", sessions({"get": "diff"})),
     path("sessions/<str:session_id>/rollback/", sessions({"post": "rollback"})),
     path("sessions/<str:session_id>/fork/", session_runs({"post": "fork"})),
+    path(
+        "sessions/<str:session_id>/export/",
+        run_views.SessionExportViewSet.as_view({"get": "export"}),
+    ),
     path("sessions/<str:session_id>/share/", sessions({"get": "shared_link", "post": "share", "delete": "unshare"})),
     path("shared/<str:token>/", shared({"get": "retrieve"})),
     path("shared/<str:token>/fork/", run_views.SharedForkViewSet.as_view({"post": "fork"})),

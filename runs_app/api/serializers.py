@@ -18,14 +18,17 @@ from sessions_app.api.serializers import (
     Enum,
     Flag,
     In,
+    MessageErrorOut,
     OneSentence,
     Out,
+    RevertOut,
     SessionOut,
     StrictBoolean,
     StrictString,
+    ToolStateOut,
     refuse,
 )
-from sessions_app.models import Message
+from sessions_app.models import Message, Part
 
 from ..lifecycle import STRATEGIES
 from ..models import Run
@@ -340,3 +343,129 @@ class CheckpointOut(Out):
     preview = serializers.CharField()
     hidden = serializers.BooleanField()
     created_at = serializers.DateTimeField()
+
+
+# -- export and import ------------------------------------------------------------------------
+class ExportQueryIn(serializers.Serializer):
+    format = Choice(
+        ["json", "markdown"],
+        required=False,
+        default="json",
+        message="format must be 'json' or 'markdown'.",
+        enum="ExportFormat",
+        help_text="json: the whole session, for an import; markdown: the active path to read.",
+    )
+
+
+class ExportSessionOut(Out):
+    id = serializers.CharField(help_text="The source's id (an import gives a new one).")
+    title = serializers.CharField()
+    model = serializers.CharField()
+    system_prompt = serializers.CharField()
+    checkpoint = serializers.ChoiceField(CHECKPOINTS)
+    permissions = serializers.DictField(help_text="The session's own tool rules.")
+    head_message_id = serializers.CharField(allow_null=True)
+    revert = RevertOut(allow_null=True, required=False)
+    summary = serializers.DictField(required=False)
+    usage = serializers.DictField(required=False)
+    context_tokens = serializers.IntegerField(required=False)
+    forked_from_session_id = serializers.CharField(allow_null=True, required=False)
+    forked_from_message_id = serializers.CharField(allow_null=True, required=False)
+    created_at = serializers.DateTimeField(allow_null=True, required=False)
+    updated_at = serializers.DateTimeField(allow_null=True, required=False)
+
+
+class ExportPartOut(Out):
+    """A part's stored columns (not flattened as in message lists)."""
+
+    id = serializers.CharField()
+    order = serializers.IntegerField()
+    type = Enum("PartType", Part.Type.values)
+    text = serializers.CharField(required=False)
+    call_id = serializers.CharField(required=False)
+    tool = serializers.CharField(required=False)
+    state = ToolStateOut(allow_null=True, required=False)
+    data = serializers.DictField(
+        required=False, help_text="snapshot, step, files, skipped, replaced…, by type."
+    )
+
+
+class ExportMessageOut(Out):
+    id = serializers.CharField()
+    parent_id = serializers.CharField(allow_null=True)
+    role = Enum("MessageRole", Message.Role.values)
+    run_id = serializers.CharField(allow_null=True, required=False)
+    created_at = serializers.DateTimeField()
+    completed_at = serializers.DateTimeField(allow_null=True, required=False)
+    error = MessageErrorOut(allow_null=True, required=False)
+    model = serializers.CharField(required=False)
+    tokens = serializers.DictField(required=False)
+    structured = serializers.JSONField(allow_null=True, required=False)
+    hidden = serializers.BooleanField(required=False)
+    parts = ExportPartOut(many=True)
+
+
+class ExportRunOut(Out):
+    id = serializers.CharField()
+    mode = Enum("RunMode", Run.Mode.values)
+    status = Enum("RunStatus", Run.Status.values)
+    result = serializers.CharField(allow_null=True, required=False)
+    input = serializers.ListField(child=serializers.DictField(), required=False)
+    input_message_id = serializers.CharField(allow_null=True, required=False)
+    output_schema = serializers.JSONField(allow_null=True, required=False)
+    output = serializers.JSONField(allow_null=True, required=False)
+    error = serializers.JSONField(allow_null=True, required=False)
+    model = serializers.CharField(required=False)
+    checkpoint = serializers.ChoiceField(CHECKPOINTS, required=False)
+    multitask_strategy = serializers.ChoiceField(STRATEGIES, required=False)
+    max_steps = serializers.IntegerField(required=False)
+    abort_requested = serializers.BooleanField(required=False)
+    interrupted_run_id = serializers.CharField(allow_null=True, required=False)
+    forked_from_run_id = serializers.CharField(allow_null=True, required=False)
+    forked_from_message_index = serializers.IntegerField(allow_null=True, required=False)
+    forked_from_session_id = serializers.CharField(allow_null=True, required=False)
+    branch = serializers.DictField(allow_null=True, required=False)
+    replaced_by = serializers.CharField(allow_null=True, required=False)
+    usage = serializers.DictField(required=False)
+    attempts = serializers.IntegerField(required=False)
+    created_at = serializers.DateTimeField(allow_null=True, required=False)
+    started_at = serializers.DateTimeField(allow_null=True, required=False)
+    finished_at = serializers.DateTimeField(allow_null=True, required=False)
+
+
+class ExportFileOut(Out):
+    path = serializers.CharField(help_text="Relative, '/'-separated.")
+    encoding = Enum("FileEncoding", ["utf-8", "base64"])
+    content = serializers.CharField()
+    executable = serializers.BooleanField(required=False)
+
+
+class ExportSkippedOut(Out):
+    path = serializers.CharField()
+    reason = serializers.ChoiceField(["symlink", "special", "name"])
+
+
+class ExportObjectOut(Out):
+    id = serializers.CharField(help_text="The git object id: the SHA-1 of its content.")
+    type = Enum("GitObjectType", ["tree", "blob"])
+    data = serializers.CharField(help_text="The object's body, base64.")
+
+
+class SessionExportOut(Out):
+    """A session export (``format`` agentplat-session, ``version`` 1): what the JSON export
+    answers and what an import takes."""
+
+    format = serializers.ChoiceField(["agentplat-session"])
+    version = serializers.ChoiceField([1])
+    exported_at = serializers.DateTimeField(required=False)
+    session = ExportSessionOut()
+    messages = ExportMessageOut(many=True, help_text="Every message of every branch.")
+    runs = ExportRunOut(many=True)
+    files = ExportFileOut(many=True, help_text="The worktree's files.")
+    skipped = ExportSkippedOut(many=True, required=False, help_text="Files left out.")
+    objects = ExportObjectOut(
+        many=True, help_text="The snapshots' git objects (what revert and diff read)."
+    )
+    missing_objects = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="Objects the store had lost."
+    )

@@ -9,10 +9,13 @@ from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -27,20 +30,23 @@ from sessions_app.services import sharing
 from ..models import Run
 from ..runtime import enqueue
 from ..selectors import checkpoint_timeline, run_data, run_for_user, session_runs, stored_run
-from ..services import approvals, branching
+from ..services import approvals, branching, export, importing
 from ..services import fork as fork_services
 from ..services import runs as run_services
 from ..transcript import model_messages
+from .parsers import ImportJSONParser
 from .serializers import (
     AbortOut,
     ApproveIn,
     CheckpointOut,
     ContinueIn,
+    ExportQueryIn,
     RegenerateIn,
     RunIn,
     RunOut,
     RunsQueryIn,
     RunStreamIn,
+    SessionExportOut,
     TranscriptEntryOut,
     TranscriptQueryIn,
 )
@@ -211,3 +217,54 @@ class SharedForkViewSet(ApiViewSet):
         title = self.body(SharedForkIn)["title"]
         fork = fork_services.fork_shared(share=share, user=request.user, title=title)
         return Response(session_data(fork), status=status.HTTP_201_CREATED)
+
+
+class FormatIsTheViewsOwn(DefaultContentNegotiation):
+    """``?format=`` chooses what the export answers (JSON or Markdown), not a DRF renderer
+    (DRF would answer ``format=markdown`` with a 404): JSON renders everything else."""
+
+    def select_renderer(
+        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        return renderers[0], renderers[0].media_type
+
+
+class SessionExportViewSet(SessionScopedViewSet):
+    # ``GET /api/sessions/{id}/export/``: the owner's download of the session.
+
+    content_negotiation_class = FormatIsTheViewsOwn
+
+    @extend_schema(
+        parameters=[ExportQueryIn],
+        responses={
+            (200, "application/json"): SessionExportOut,
+            (200, "text/markdown"): OpenApiTypes.STR,
+        },
+    )
+    def export(self, request: Request, session_id: str) -> Response | HttpResponse:
+        """json: the whole session (every branch, parts, runs, the files and their snapshots),
+        what ``POST /api/sessions/import/`` takes; markdown: the active path, to read."""
+        session = self.get_object()
+        kind = self.query(ExportQueryIn)["format"]
+        response: Response | HttpResponse
+        if kind == "markdown":
+            text = export.session_markdown(session=session)
+            response = HttpResponse(text, content_type="text/markdown; charset=utf-8")
+        else:
+            response = Response(export.session_document(session=session))
+        name = export.export_filename(session, "md" if kind == "markdown" else "json")
+        response["Content-Disposition"] = content_disposition_header(True, name)
+        return response
+
+
+class SessionImportViewSet(ApiViewSet):
+    # ``POST /api/sessions/import/``: an export becomes a new session of the caller.
+
+    parser_classes = [ImportJSONParser]
+
+    @extend_schema(request=SessionExportOut, responses={201: SessionOut})
+    def create(self, request: Request) -> Response:
+        """A new session of the caller from a JSON export: the same tree, runs, head and
+        files, under new ids (the body may be up to ``IMPORT_MAX_BODY_BYTES``)."""
+        session = importing.import_session(user=request.user, document=request.data)
+        return Response(session_data(session), status=status.HTTP_201_CREATED)

@@ -1,0 +1,245 @@
+"""Session import (CONTRACT "Export and import"): a new session of the caller from an export
+(``export.session_document``), with the same tree, runs, head and files, under new ids.
+
+The document is checked whole first (``import_checks``); nothing is written before it passes.
+Then one transaction writes the rows (a few bulk statements whatever the size) and, last and
+still inside it, the files, as a fork does: the snapshot objects go into the shared store
+(content-addressed: the parts' snapshot ids name them as they are, so revert, diff and
+continue work on the copy), the files into the new worktree, and the worktree is tracked.
+If anything fails, no row remains and the worktree and git dir are removed.
+
+New ids come from ``ids`` in the originals' order (ids sort by creation), so every list
+ordered by id reads as it did. Links are mapped inside the copy; a continue's branch record
+keeps the links it can map and drops those to messages a cleanup had deleted. Runs that had
+not finished are imported ``cancelled``. Lineage to sessions outside the document (the
+source itself, the session it was forked from, each run's root origin) is not kept as links,
+since they may not exist here or not be the caller's: the ``import`` history event records
+those ids. A model this deployment does not offer is replaced by the default (``AGENT_MODEL``),
+and the event records the original.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zlib
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from sessions_app import ids, models_catalog, snapshots
+from sessions_app.models import HistoryEvent, Message, Part, Session
+from sessions_app.services.sessions import check_session_quota
+
+from ..models import Run, run_id
+from .import_checks import ImportPlan, check_import
+from .import_files import ImportObject
+
+BATCH = 1000
+UNFINISHED = {Run.Status.PENDING, Run.Status.RUNNING, Run.Status.REQUIRES_ACTION}
+
+
+def import_session(*, user, document: Any) -> Session:  # noqa: ANN001
+    """A new session of ``user`` from ``document`` (InvalidInput, 400, for anything wrong in
+    it; QuotaExceeded, 429, past ``SESSIONS_PER_USER_MAX``)."""
+    plan = check_import(document)
+    message_ids = {m["id"]: ids.message_id() for m in plan.messages}
+    run_ids = {r["id"]: run_id() for r in plan.runs}
+    session = _session(user, plan, message_ids)
+    messages, parts, part_ids = _messages(session, plan, message_ids, run_ids)
+    runs = _runs(session, plan, message_ids, run_ids)
+    if plan.session["revert"]:
+        revert = dict(plan.session["revert"])
+        revert["message_id"] = message_ids[revert["message_id"]]
+        revert["part_id"] = part_ids.get(revert["part_id"])
+        session.revert = revert
+    snap = snapshots.for_session(session)
+    try:
+        with transaction.atomic():
+            check_session_quota(user)
+            session.save(force_insert=True)
+            created = [r.created_at for r in runs]
+            Run.objects.bulk_create(runs, batch_size=BATCH)
+            # ``created_at`` is auto_now_add: the insert stamped now; the originals go back.
+            for run, when in zip(runs, created, strict=True):
+                run.created_at = when
+            Run.objects.bulk_update(runs, ["created_at"], batch_size=BATCH)
+            Message.objects.bulk_create(messages, batch_size=BATCH)
+            Part.objects.bulk_create(parts, batch_size=BATCH)
+            # The files last, still inside the transaction: if they fail, no rows remain.
+            tree = _write_files(snap, plan)
+            HistoryEvent.objects.create(
+                session=session,
+                kind="import",
+                created_by=user,
+                data={**plan.source, "snapshot": tree, "model": plan.session["model"]},
+            )
+    except BaseException:
+        shutil.rmtree(session.worktree, ignore_errors=True)
+        shutil.rmtree(session.snapshot_dir, ignore_errors=True)
+        raise
+    session.refresh_from_db()
+    return session
+
+
+def _session(user, plan: ImportPlan, message_ids: dict[str, str]) -> Session:  # noqa: ANN001
+    data = plan.session
+    model = data["model"]
+    if not model or models_catalog.check(model):
+        model = settings.AGENT_MODEL
+    head = data["head_message_id"]
+    return Session(
+        id=ids.session_id(),
+        owner=user,
+        title=data["title"] or "Imported session",
+        model=model,
+        system_prompt=data["system_prompt"],
+        checkpoint=data["checkpoint"],
+        permissions=data["permissions"],
+        # The message rows come later in the same transaction (the key is checked at commit).
+        head_id=message_ids[head] if head else None,
+        summary=data["summary"],
+        usage=data["usage"],
+        context_tokens=data["context_tokens"],
+    )
+
+
+def _messages(
+    session: Session,
+    plan: ImportPlan,
+    message_ids: dict[str, str],
+    run_ids: dict[str, str],
+) -> tuple[list[Message], list[Part], dict[str, str]]:
+    messages, parts, part_ids = [], [], {}
+    for m in plan.messages:
+        new_id = message_ids[m["id"]]
+        messages.append(
+            Message(
+                id=new_id,
+                session=session,
+                run_id=run_ids[m["run_id"]] if m["run_id"] else None,
+                parent_id=message_ids[m["parent_id"]] if m["parent_id"] else None,
+                role=m["role"],
+                created_at=m["created_at"],
+                completed_at=m["completed_at"],
+                error=m["error"],
+                model=m["model"],
+                tokens=m["tokens"],
+                structured=m["structured"],
+                hidden=m["hidden"],
+            )
+        )
+        for p in sorted(m["parts"], key=lambda p: p["order"]):
+            part_ids[p["id"]] = ids.part_id()
+            parts.append(
+                Part(
+                    id=part_ids[p["id"]],
+                    message_id=new_id,
+                    session=session,
+                    order=p["order"],
+                    type=p["type"],
+                    text=p["text"],
+                    call_id=p["call_id"],
+                    tool=p["tool"],
+                    state=p["state"],
+                    data=p["data"],
+                )
+            )
+    return messages, parts, part_ids
+
+
+def _runs(
+    session: Session, plan: ImportPlan, message_ids: dict[str, str], run_ids: dict[str, str]
+) -> list[Run]:
+    now = timezone.now()
+    runs = []
+    for r in plan.runs:
+        unfinished = r["status"] in UNFINISHED
+        runs.append(
+            Run(
+                id=run_ids[r["id"]],
+                session=session,
+                mode=r["mode"],
+                # A run still going in the source does not go on in the copy.
+                status=Run.Status.CANCELLED if unfinished else r["status"],
+                result=r["result"],
+                input=r["input"],
+                input_message_id=_mapped(r["input_message_id"], message_ids),
+                output_schema=r["output_schema"],
+                output=r["output"],
+                error=r["error"],
+                model=r["model"],
+                checkpoint=r["checkpoint"],
+                multitask_strategy=r["multitask_strategy"],
+                max_steps=r["max_steps"],
+                abort_requested=r["abort_requested"] and not unfinished,
+                interrupted_run_id=_mapped(r["interrupted_run_id"], run_ids),
+                forked_from_run_id=_mapped(r["forked_from_run_id"], run_ids),
+                forked_from_message_index=r["forked_from_message_index"],
+                branch=_branch(r["branch"], message_ids, run_ids),
+                replaced_by=_mapped(r["replaced_by"], run_ids),
+                usage=r["usage"],
+                attempts=r["attempts"],
+                created_at=r["created_at"] or now,
+                started_at=r["started_at"],
+                finished_at=r["finished_at"] or (now if unfinished else None),
+            )
+        )
+    return runs
+
+
+def _mapped(old: str | None, mapping: dict[str, str]) -> str | None:
+    return mapping.get(old) if old else None
+
+
+def _branch(
+    branch: dict[str, Any] | None, message_ids: dict[str, str], run_ids: dict[str, str]
+) -> dict[str, Any] | None:
+    if branch is None:
+        return None
+    branch = dict(branch)
+    if "parent_message_id" in branch:
+        branch["parent_message_id"] = _mapped(branch["parent_message_id"], message_ids)
+    for key in ("source_run_id", "replaces"):
+        if key in branch:
+            branch[key] = _mapped(branch[key], run_ids)
+    if "hide" in branch:
+        branch["hide"] = [message_ids[m] for m in branch["hide"] if m in message_ids]
+    return branch
+
+
+# -- the files ----------------------------------------------------------------------------------
+def _write_files(snap: snapshots.Snapshots, plan: ImportPlan) -> str:
+    """The snapshot objects into the store, the files into the (new, empty) worktree; the
+    worktree's tree."""
+    snap.ensure()
+    objects = snap.git_dir / "objects"
+    for item in plan.objects:
+        _write_object(objects, item)
+    root = snap.worktree
+    for file in plan.files:
+        target = root / file.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # O_EXCL | O_NOFOLLOW: the worktree is new, and nothing is written through a link.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        fd = os.open(target, flags, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(file.content)
+        os.chmod(target, 0o755 if file.executable else 0o644)
+    return snap.track()
+
+
+def _write_object(objects: Path, item: ImportObject) -> None:
+    """A loose object, as git writes one; one the store has already is left as it is (git's
+    rule: an object's id is its content)."""
+    target = objects / item.id[:2] / item.id[2:]
+    if target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    raw = b"%s %d\0" % (item.type.encode(), len(item.body)) + item.body
+    scratch = target.with_name(f"{snapshots.TMP_PREFIX}{os.getpid()}-{item.id[2:]}")
+    scratch.write_bytes(zlib.compress(raw))
+    os.replace(scratch, target)
