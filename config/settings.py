@@ -148,6 +148,7 @@ INSTALLED_APPS = [
     "channels",
     "sessions_app",
     "runs_app",
+    "quotas_app",
 ]
 
 MIDDLEWARE = [
@@ -413,6 +414,17 @@ API_FILES_MAX = int(os.environ.get("API_FILES_MAX", "10000"))
 WORKTREE_MAX_BYTES = int(os.environ.get("WORKTREE_MAX_BYTES", str(200 * 1024 * 1024)))
 WORKTREE_MAX_FILE_BYTES = int(os.environ.get("WORKTREE_MAX_FILE_BYTES", str(20 * 1024 * 1024)))
 SESSIONS_PER_USER_MAX = int(os.environ.get("SESSIONS_PER_USER_MAX", "1000"))
+# Quotas (quotas_app, docs/quotas.md): the deployment's default of each per-user limit, for
+# users whose own quota and groups' quotas leave it blank. 0 = unlimited (the default).
+# SESSIONS_PER_USER_MAX and WORKTREE_MAX_BYTES are the defaults of "sessions" and
+# "worktree bytes".
+QUOTA_RUNS_PER_MINUTE = int(os.environ.get("QUOTA_RUNS_PER_MINUTE", "0"))
+QUOTA_TOKENS_PER_DAY = int(os.environ.get("QUOTA_TOKENS_PER_DAY", "0"))
+QUOTA_COST_PER_MONTH = os.environ.get("QUOTA_COST_PER_MONTH", "0")  # US dollars, e.g. "25.00"
+QUOTA_CONCURRENT_RUNS = int(os.environ.get("QUOTA_CONCURRENT_RUNS", "0"))
+# GET /api/usage/: the longest range it sums (days) and the most rows it lists.
+USAGE_API_MAX_DAYS = int(os.environ.get("USAGE_API_MAX_DAYS", "366"))
+USAGE_API_MAX_ROWS = int(os.environ.get("USAGE_API_MAX_ROWS", "1000"))
 # Export and import (runs_app/services/export.py, importing.py): an export holds at most
 # EXPORT_MAX_BYTES of file content (the files at the head and the snapshots' history), and is
 # refused (413) past it; an import body may be IMPORT_MAX_BODY_BYTES (the JSON, base64 and

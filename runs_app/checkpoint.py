@@ -11,6 +11,8 @@ from collections import defaultdict
 from django.db import connection, transaction
 from django.utils import timezone
 
+from quotas_app.models import UsageRecord
+from quotas_app.services import record_usage
 from sessions_app.models import Message, Part, Session
 
 
@@ -22,6 +24,8 @@ class Checkpointer:
         self._new_ids: set[str] = set()
         self._dirty: dict[object, set[str]] = defaultdict(set)
         self._head: str | None = None
+        # One usage row per model call, written with its message (its ``tokens``).
+        self._usage: list[UsageRecord] = []
         self.writes = 0
 
     def add(self, obj: Message | Part) -> None:
@@ -32,6 +36,14 @@ class Checkpointer:
         if obj.pk not in self._new_ids:
             self._dirty[obj].update(fields)
 
+    def add_usage(self, record: UsageRecord) -> None:
+        self._usage.append(record)
+
+    @property
+    def pending_usage(self) -> list[UsageRecord]:
+        """Usage rows of calls whose messages are not written yet."""
+        return self._usage
+
     def discard(self, message: Message, head: str | None) -> None:
         """Forget a message not written yet, and its parts (a step given up before its first
         token); the head goes back to ``head``."""
@@ -39,6 +51,7 @@ class Checkpointer:
         self._new_messages = [m for m in self._new_messages if m.pk not in ids]
         self._new_parts = [p for p in self._new_parts if p.pk not in ids]
         self._new_ids -= ids
+        self._usage = [u for u in self._usage if u.message_id not in ids]
         for obj in [o for o in self._dirty if getattr(o, "pk", None) in ids]:
             del self._dirty[obj]
         self._head = head
@@ -52,7 +65,9 @@ class Checkpointer:
 
     @property
     def pending(self) -> bool:
-        return bool(self._new_messages or self._new_parts or self._dirty or self._head)
+        return bool(
+            self._new_messages or self._new_parts or self._dirty or self._head or self._usage
+        )
 
     def flush(self, *, durable: bool = True) -> None:
         """Write what changed since the last flush, in one transaction. ``durable=False``
@@ -63,7 +78,7 @@ class Checkpointer:
         if not self.pending:
             return
         new_messages, new_parts = self._new_messages, self._new_parts
-        dirty, head = self._dirty, self._head
+        dirty, head, usage = self._dirty, self._head, self._usage
         with transaction.atomic():
             if not durable and connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
@@ -78,10 +93,12 @@ class Checkpointer:
                 Session.objects.filter(id=self.session_id).update(
                     head_id=head, updated_at=timezone.now()
                 )
+            record_usage(usage)
         self._new_messages, self._new_parts = [], []
         self._new_ids = set()
         self._dirty = defaultdict(set)
         self._head = None
+        self._usage = []
         self.writes += 1
 
 

@@ -30,6 +30,10 @@ from django.db import (
 )
 from django.utils import timezone
 
+from quotas_app import clock
+from quotas_app import services as quotas
+from quotas_app.limits import Limits
+from quotas_app.limits import effective as effective_limits
 from sessions_app import events, models_catalog, permissions, snapshots
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
@@ -68,6 +72,15 @@ class AwaitingApproval(Exception):
     """A tool call of the batch waits for the owner's decision: the run parks (8.2)."""
 
 
+class BudgetReached(Exception):
+    """The owner's tokens per day or cost per month ran out during the run: it stops before
+    its next model call (its last step finished) and ends ``error`` with reason ``quota``."""
+
+    def __init__(self, overrun: quotas.Overrun) -> None:
+        super().__init__(overrun.message)
+        self.overrun = overrun
+
+
 class AgentLoop:
     def __init__(self, run: Run, *, host: RunHostLike, control: RunControl) -> None:
         self.run = run
@@ -87,6 +100,9 @@ class AgentLoop:
         self.usage: dict[str, Any] = dict(run.usage or {})
         self.usage_start: dict[str, Any] = dict(self.usage)
         self.overflow_retried = False
+        # The owner's limits, read once per execution (``execute``): the budget checked
+        # between steps, the worktree's size bound for the tools.
+        self.limits = Limits()
 
     # -- helpers ------------------------------------------------------------------------------
     def aborted(self) -> bool:
@@ -135,6 +151,7 @@ class AgentLoop:
         run = self.run
         status, error = Run.Status.COMPLETED, None
         try:
+            self.limits = await self.db(effective_limits, self.session.owner_id)
             run.status = Run.Status.RUNNING
             self.emit(events.RUN_UPDATED, run=run_data(run))
             self.emit(events.SESSION_STATUS, status="busy", run_id=run.id)
@@ -154,6 +171,14 @@ class AgentLoop:
         except AwaitingApproval:
             await self.park()
             return
+        except BudgetReached as exc:
+            status = Run.Status.ERROR
+            error = {
+                "type": "QuotaExceeded",
+                "reason": "quota",
+                "limit": exc.overrun.name,
+                "message": exc.overrun.message,
+            }
         except Aborted:
             status = Run.Status.CANCELLED
         except LockLost:
@@ -341,6 +366,7 @@ class AgentLoop:
         max_steps = self.run.max_steps or settings.AGENT_MAX_STEPS
         for index in range(max_steps):
             self.check()
+            await self.db(self.check_budget)  # a step that crossed it has finished
             # Rule 1.5: before every step (a no-op after a step that finished normally).
             await self.recover(mode="resume")
             await self.compact()  # rule 10: when the next call would pass the budget
@@ -568,6 +594,29 @@ class AgentLoop:
         self.usage = models_catalog.add_usage(self.usage, {**spent, "calls": 1})
         return spent
 
+    def record_usage(self, message: Message) -> None:
+        """The call's usage row (the message's ``tokens``), written with the message by the
+        next flush; the owner's day and month counters follow in that transaction."""
+        self.writer.add_usage(
+            quotas.usage_record(
+                user_id=self.session.owner_id,
+                session_id=self.session.id,
+                run_id=self.run.id,
+                message_id=message.id,
+                model=self.run.model or self.session.model or settings.AGENT_MODEL,
+                usage=message.tokens,
+            )
+        )
+
+    def check_budget(self) -> None:
+        """Between steps: stop (``BudgetReached``) once the owner's tokens per day or cost per
+        month is reached, counting this run's calls not written yet."""
+        now = clock.now()
+        pending = quotas.pending_spent(self.writer.pending_usage, now)
+        overrun = quotas.overrun(self.session.owner_id, self.limits, pending=pending)
+        if overrun is not None:
+            raise BudgetReached(overrun)
+
     @staticmethod
     def reported(
         usage: dict[str, Any],
@@ -627,6 +676,7 @@ class AgentLoop:
         message = self.new_message(Message.Role.ASSISTANT)
         message.completed_at = timezone.now()
         message.tokens = spent
+        self.record_usage(message)
         part = self.new_part(
             message,
             Part.Type.COMPACTION,
@@ -688,6 +738,7 @@ class AgentLoop:
                 self.run.output = event.value
             elif isinstance(event, Finish):
                 message.tokens = self.count(self.reported(event.usage, prompt, parts, calls))
+                self.record_usage(message)
             self.check()
         for part in parts.values():
             self.emit(events.PART_UPDATED, part=part_data(part))
@@ -713,6 +764,7 @@ class AgentLoop:
                 raise ToolError(reason or f"Unknown or disabled tool: {part.tool}.")
             ctx = ToolContext(
                 worktree=self.session.worktree,
+                tree_limit=self.limits.worktree_bytes or 0,
                 should_abort=self.aborted,
                 output=self.tool_output(part),
             )

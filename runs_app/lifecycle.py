@@ -43,6 +43,7 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from quotas_app import services as quotas
 from sessions_app import events, models_catalog
 from sessions_app.errors import SessionBusyError
 from sessions_app.models import Part, Session
@@ -62,13 +63,20 @@ STRATEGIES = ("reject", *QUEUED_STRATEGIES)
 def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
     """Inside the transaction that holds the session row (``lock.lock_session``): save
     ``run`` and take the busy lock for it, or queue it behind the holder
-    (``enqueue``/``interrupt``/``rollback``), or refuse (``reject``: 409, nothing saved)."""
+    (``enqueue``/``interrupt``/``rollback``), or refuse (``reject``: 409, nothing saved; a
+    run limit of the owner's quota: 429, nothing saved — ``quotas_app.services.admit_run``,
+    which locks the owner's row after the session's)."""
     strategy = run.multitask_strategy
     busy = lock.is_busy(locked) and locked.busy_run_id != run.id
     if busy and strategy not in QUEUED_STRATEGIES:
         raise SessionBusyError()
     if busy and strategy in ("interrupt", "rollback"):
         run.interrupted_run_id = locked.busy_run_id
+    quotas.admit_run(
+        user_id=locked.owner_id,
+        run_id=run.id,
+        active_runs=lambda: active_runs(locked.owner_id, run.id),
+    )
     run.save()
     if busy and run.interrupted_run_id and _waiting(run.interrupted_run_id):
         # The holder waits for its owner: nothing runs to be stopped. Its waiting calls are
@@ -90,6 +98,17 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
         events.publish_on_commit(locked.id, events.SESSION_STATUS, status="busy", run_id=run.id)
     events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
     return run
+
+
+def active_runs(user_id: int, exclude: str = "") -> int:
+    """The runs of ``user_id``'s sessions that have not ended (pending, running, waiting for
+    approval): what ``concurrent_runs`` counts."""
+    return (
+        Run.objects.filter(session__owner_id=user_id)
+        .exclude(status__in=Run.TERMINAL)
+        .exclude(id=exclude)
+        .count()
+    )
 
 
 def _waiting(run_id: str) -> bool:

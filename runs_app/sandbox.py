@@ -254,10 +254,12 @@ async def run(
     *,
     on_output: Callable[[str], Awaitable[None]],
     should_stop: Callable[[], bool],
+    tree_limit: int | None = None,
 ) -> Outcome:
     """Run ``command`` in the sandbox, handing its output (stdout and stderr, in the order
     they come) to ``on_output`` as it arrives, until it exits, ``should_stop()`` turns true,
-    its time is up or the worktree outgrows its limit; then no process of it is left."""
+    its time is up or the worktree outgrows its limit (``tree_limit``, default
+    ``WORKTREE_MAX_BYTES``; 0: none); then no process of it is left."""
     started = time.monotonic()
     cgroup = await asyncio.to_thread(_Cgroup)
     proc = await asyncio.create_subprocess_exec(
@@ -275,7 +277,7 @@ async def run(
     kept_len, truncated, stopped = 0, False, ""
     deadline = started + settings.AGENT_SHELL_TIMEOUT
     next_size_check = started + SIZE_CHECK_SECONDS
-    tree_limit = settings.WORKTREE_MAX_BYTES
+    tree_limit = settings.WORKTREE_MAX_BYTES if tree_limit is None else tree_limit
     reader = asyncio.ensure_future(proc.stdout.read(65536))
     try:
         while True:

@@ -42,6 +42,13 @@ class ToolContext:
     should_abort: Callable[[], bool]
     # Where a tool that produces output as it runs (``shell``) hands it, piece by piece.
     output: Callable[[str], Awaitable[None]] = _no_output
+    # The worktree's size bound, from the owner's quota (``worktree_bytes``; 0: unlimited);
+    # None: the deployment's ``WORKTREE_MAX_BYTES``.
+    tree_limit: int | None = None
+
+    @property
+    def worktree_limit(self) -> int:
+        return settings.WORKTREE_MAX_BYTES if self.tree_limit is None else self.tree_limit
 
 
 @dataclass(frozen=True)
@@ -147,9 +154,9 @@ def _list(ctx: ToolContext, args: dict[str, Any]) -> str:
 
 def _check_room(ctx: ToolContext, path: Path, size: int) -> None:
     """Refuse a write that would make the file or the worktree larger than the deployment
-    allows (``WORKTREE_MAX_FILE_BYTES``, ``WORKTREE_MAX_BYTES``): a tool error the model
+    allows (``WORKTREE_MAX_FILE_BYTES``, the owner's ``worktree_bytes``): a tool error the model
     reads, before anything is written."""
-    file_limit, tree_limit = settings.WORKTREE_MAX_FILE_BYTES, settings.WORKTREE_MAX_BYTES
+    file_limit, tree_limit = settings.WORKTREE_MAX_FILE_BYTES, ctx.worktree_limit
     if file_limit and size > file_limit:
         raise ToolError(
             f"{path.name} would be {size:,} bytes; a file may hold at most {file_limit:,} bytes."
@@ -245,7 +252,11 @@ async def _ashell(ctx: ToolContext, args: dict[str, Any]) -> str:
     if len(command) > 100_000:
         raise ToolError("The command is longer than 100,000 characters.")
     outcome = await sandbox.run(
-        ctx.worktree, command, on_output=ctx.output, should_stop=ctx.should_abort
+        ctx.worktree,
+        command,
+        on_output=ctx.output,
+        should_stop=ctx.should_abort,
+        tree_limit=ctx.worktree_limit,
     )
     out = outcome.output
     if outcome.truncated:
@@ -259,7 +270,7 @@ async def _ashell(ctx: ToolContext, args: dict[str, Any]) -> str:
         )
     if outcome.stopped == "worktree-size":
         raise ToolError(
-            f"Command killed: the worktree grew past {settings.WORKTREE_MAX_BYTES:,} bytes.\n" + out
+            f"Command killed: the worktree grew past {ctx.worktree_limit:,} bytes.\n" + out
         )
     if outcome.exit_code != 0:
         raise ToolError(f"Exit status {outcome.exit_code}.\n{out}")

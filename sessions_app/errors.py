@@ -41,5 +41,12 @@ class NotAuthenticated(AppError):
 
 
 class QuotaExceeded(AppError):
+    """A per-user limit (``quotas_app``); ``retry_after``: seconds until it resets, when it
+    resets by time (the API sends it as ``Retry-After``)."""
+
     status_code = 429
     type = "QuotaExceeded"
+
+    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -72,7 +72,9 @@ def _error_response(exc: Exception) -> Response | None:
         # surface from ``request.data`` inside the view; Django would answer its HTML 400.
         return Response(error_body("ValidationError", _bad_request_message(exc)), status=400)
     if isinstance(exc, AppError):
-        return Response(error_body(exc.type, exc.message), status=exc.status_code)
+        retry_after = getattr(exc, "retry_after", None)
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return Response(error_body(exc.type, exc.message), status=exc.status_code, headers=headers)
     if isinstance(exc, Http404):
         message = str(exc) if str(exc) and "matches the given query" not in str(exc) else ""
         return Response(error_body("NotFound", message or "Not found."), status=404)

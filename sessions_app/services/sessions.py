@@ -3,12 +3,13 @@ from __future__ import annotations
 import shutil
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
 
+from quotas_app import services as quotas
+
 from .. import events, snapshots
-from ..errors import ConflictError, InvalidInput, NotFoundError, QuotaExceeded
+from ..errors import ConflictError, InvalidInput, NotFoundError
 from ..models import HistoryEvent, Message, Session
 from ..selectors import active_path, files_at, session_data
 from . import lock
@@ -44,17 +45,13 @@ def create_session(
 
 
 def check_session_quota(owner) -> None:  # noqa: ANN001
-    """Refuse a new session (created, forked or imported) past ``SESSIONS_PER_USER_MAX``.
+    """Refuse a new session (created, forked or imported) past the owner's session limit
+    (their quota, their groups', else ``SESSIONS_PER_USER_MAX``: ``quotas_app.limits``).
     Call inside the transaction that creates it: the owner's row is locked, so two requests
     at once cannot both take the last place."""
-    limit = settings.SESSIONS_PER_USER_MAX
-    if not limit:
-        return
-    get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
-    if Session.objects.filter(owner_id=owner.pk).count() >= limit:
-        raise QuotaExceeded(
-            f"You have {limit:,} sessions, the most this deployment allows; delete some first."
-        )
+    quotas.check_sessions(
+        user_id=owner.pk, count=lambda: Session.objects.filter(owner_id=owner.pk).count()
+    )
 
 
 def rename_session(*, session: Session, title) -> Session:  # noqa: ANN001
