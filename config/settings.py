@@ -237,8 +237,8 @@ CSRF_COOKIE_SECURE = HTTPS
 SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https") if HTTPS else None
 # HTTPS_REDIRECT=false where the proxy redirects http to https itself.
 SECURE_SSL_REDIRECT = HTTPS and _env_bool("HTTPS_REDIRECT", True)
-# Health probes come from inside, in plain HTTP, past the proxy.
-SECURE_REDIRECT_EXEMPT = [r"^api/health/$"]
+# Health probes and metrics scrapes come from inside, in plain HTTP, past the proxy.
+SECURE_REDIRECT_EXEMPT = [r"^api/health/$", r"^metrics$"]
 SECURE_HSTS_SECONDS = int(os.environ.get("HSTS_SECONDS", "31536000" if HTTPS else "0"))
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
@@ -388,6 +388,10 @@ LOGGING = {
     },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
 }
+# Prometheus metrics at /metrics (runs_app/metrics.py): unset, the page does not exist (404);
+# set, a scrape must send "Authorization: Bearer <METRICS_TOKEN>". PROMETHEUS_MULTIPROC_DIR
+# (read by prometheus_client itself) adds up the workers' values with Daphne's.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
 # A run's task is stopped after this long (the soft limit ends the run in "error" first).
 RUN_TIME_LIMIT_SECONDS = int(os.environ.get("RUN_TIME_LIMIT_SECONDS", "3600"))
 CELERY_TASK_TIME_LIMIT = RUN_TIME_LIMIT_SECONDS + 60

@@ -7,6 +7,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from runs_app import pages as run_pages
 from runs_app.api import views as run_views
 from runs_app.health import health
+from runs_app.metrics import metrics_view
 from sessions_app import pages
 from sessions_app.api import views as session_views
 
@@ -70,6 +71,7 @@ api = [
 urlpatterns = [
     path("api/", include(api)),
     path("admin/", admin.site.urls),
+    path("metrics", metrics_view),  # Prometheus: METRICS_TOKEN (runs_app/metrics.py)
     path("", include(pages.urlpatterns)),
     path("", include(run_pages.urlpatterns)),
     re_path(

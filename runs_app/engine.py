@@ -34,7 +34,7 @@ from quotas_app import clock
 from quotas_app import services as quotas
 from quotas_app.limits import Limits
 from quotas_app.limits import effective as effective_limits
-from sessions_app import events, models_catalog, permissions, snapshots
+from sessions_app import events, metrics, models_catalog, permissions, snapshots
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
 from sessions_app.services.revert import changes_summary, cleanup_session, path_start
@@ -592,6 +592,7 @@ class AgentLoop:
         spent = {k: int(v or 0) for k, v in usage.items()}
         spent["cost_usd"] = models_catalog.cost(model, spent)
         self.usage = models_catalog.add_usage(self.usage, {**spent, "calls": 1})
+        metrics.count_tokens(model, spent)
         return spent
 
     def record_usage(self, message: Message) -> None:

@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 from django.conf import settings
@@ -65,6 +66,7 @@ class RunHost:
         self.tools: concurrent.futures.ThreadPoolExecutor | None = None
         self.runs: dict[str, RunControl] = {}
         self._room: asyncio.Semaphore | None = None
+        self.queued = 0  # runs handed over that wait for room (read by runs_app/metrics.py)
         self._starting: asyncio.Semaphore | None = None
         self._texts: dict[str, tuple[Any, RunControl]] = {}  # part id → (part, its run)
         self._writing: asyncio.Future | None = None  # the batch of streamed text in flight
@@ -76,6 +78,7 @@ class RunHost:
                 return self.loop
             self._pid = os.getpid()
             self.runs = {}
+            self.queued = 0
             # Whether the shell's sandbox starts here is found out once, off the loop.
             reason = sandbox.unavailable_reason()
             if reason and settings.AGENT_ALLOW_SHELL:
@@ -137,7 +140,7 @@ class RunHost:
         finished = begun.finished  # type: ignore[attr-defined]
         assert self._room is not None and self._starting is not None
         try:
-            async with self._room:  # at most RUN_HOST_CAPACITY live runs in this process
+            async with self._admitted():  # at most RUN_HOST_CAPACITY live runs in this process
                 async with self.starting():
                     started = await self.blocking(lifecycle.begin, run_id)
                 _resolve(begun, started.retry)
@@ -163,6 +166,20 @@ class RunHost:
             _resolve(begun, False, exc)
         finally:
             _resolve(finished, None)
+
+    @contextlib.asynccontextmanager
+    async def _admitted(self) -> AsyncIterator[None]:
+        """(On the loop.) Room for one more live run, counted in ``queued`` while it waits."""
+        assert self._room is not None
+        self.queued += 1
+        try:
+            await self._room.acquire()
+        finally:
+            self.queued -= 1
+        try:
+            yield
+        finally:
+            self._room.release()
 
     def starting(self) -> asyncio.Semaphore:
         """A few start-ups at a time (``begin``, the history, the first rows, a snapshot):

@@ -44,7 +44,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from quotas_app import services as quotas
-from sessions_app import events, models_catalog
+from sessions_app import events, metrics, models_catalog
 from sessions_app.errors import SessionBusyError
 from sessions_app.models import Part, Session
 from sessions_app.selectors import part_data, session_data
@@ -93,6 +93,7 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
     else:
         if not lock.claim(locked.id, run.id):
             raise SessionBusyError()
+        metrics.observe_busy_wait((timezone.now() - run.created_at).total_seconds())
         if not defer_enqueue:
             runtime.enqueue_on_commit(run.id)
         events.publish_on_commit(locked.id, events.SESSION_STATUS, status="busy", run_id=run.id)
@@ -266,7 +267,7 @@ def finish_unstarted(run: Run, status: str = Run.Status.CANCELLED) -> Run:
 def _hand_over(session_id: str, run_id: str) -> str | None:
     """Under the session row lock: pass the busy lock from ``run_id`` to the oldest queued
     run (enqueued after commit), or release it (``session.status`` idle)."""
-    next_run = (
+    queued = (
         Run.objects.filter(
             session_id=session_id,
             status=Run.Status.PENDING,
@@ -274,12 +275,14 @@ def _hand_over(session_id: str, run_id: str) -> str | None:
         )
         .exclude(id=run_id)
         .order_by("id")
-        .values_list("id", flat=True)
+        .values_list("id", "created_at")
         .first()
     )
+    next_run = queued[0] if queued else None
     lock.hand_over(session_id, run_id, next_run)
-    if next_run:
-        runtime.enqueue_on_commit(next_run)
+    if queued:
+        metrics.observe_busy_wait((timezone.now() - queued[1]).total_seconds())
+        runtime.enqueue_on_commit(queued[0])
     else:
         events.publish_on_commit(session_id, events.SESSION_STATUS, status="idle", run_id=None)
     return next_run

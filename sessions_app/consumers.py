@@ -19,7 +19,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from . import events
+from . import events, metrics
 from .api.guards import json_too_deep
 from .models import Session
 from .socket_watch import Credentials, watch_for_this_loop
@@ -139,3 +139,4 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     async def session_event(self, message: dict) -> None:
         # Pre-encoded once per session for every listener: sent as it is.
         await self.send(text_data=message["text"])
+        metrics.observe_fanout(message.get("at"))

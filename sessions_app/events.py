@@ -252,7 +252,9 @@ class Publisher:
         if self._queue is None:
             self._start_sender()
         assert self._queue is not None
-        self._queue.put_nowait((session_id, type, payload))
+        # ``time.time()`` at the hand-over: the fan-out latency is measured from here (the
+        # consumer observes it when it sends the event to its socket: sessions_app/metrics).
+        self._queue.put_nowait((session_id, type, payload, time.time()))
 
     def _next_seq(self, session_id: str) -> int:
         # Microseconds since the epoch, bumped to stay strictly increasing in this process.
@@ -291,7 +293,7 @@ class Publisher:
                 if item[0] == "__mark__":
                     marks.append(item[1])
                     continue
-                session_id, type, payload = item
+                session_id, type, payload, at = item
                 event = {
                     "type": type,
                     "session_id": session_id,
@@ -301,7 +303,11 @@ class Publisher:
                 messages.append(
                     (
                         group_name(session_id),
-                        {"type": "session.event", "text": json.dumps(event, default=str)},
+                        {
+                            "type": "session.event",
+                            "text": json.dumps(event, default=str),
+                            "at": at,
+                        },
                     )
                 )
             window_count += len(messages)

@@ -42,6 +42,7 @@ PAGES = {
     "login/": "public",
     "logout/": "public",
     "signup/": "public",
+    "metrics": "metrics-token",  # 404 unless METRICS_TOKEN is set; then its bearer only
 }
 SKIPPED = ("admin/", "^static/")  # the admin has its own tests (test_admin*.py)
 

@@ -23,6 +23,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from .. import metrics
 from ..errors import NotFoundError, SessionBusyError
 from ..models import Session
 
@@ -38,7 +39,8 @@ def _lease_end():  # noqa: ANN202
 def lock_session(session_id: str) -> Session:
     """The session row, locked until the transaction ends (call inside ``atomic``), busy or
     not: for the run lifecycle, which decides what a busy session means for its move."""
-    session = Session.objects.select_for_update().filter(id=session_id).first()
+    with metrics.row_lock_wait():
+        session = Session.objects.select_for_update().filter(id=session_id).first()
     if session is None:
         raise NotFoundError("No such session.")
     return session
