@@ -6,6 +6,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from runs_app import pages as run_pages
 from runs_app.api import views as run_views
+from runs_app.api.usage import UsageViewSet
 from runs_app.health import health
 from runs_app.metrics import metrics_view
 from sessions_app import pages
@@ -21,6 +22,8 @@ api = [
     path("health/", health),
     path("auth/token/", session_views.auth_token),
     path("models/", session_views.ModelViewSet.as_view({"get": "list"})),
+    path("usage/", UsageViewSet.as_view({"get": "usage"})),
+    path("usage/quota/", UsageViewSet.as_view({"get": "quota"})),
     path("sessions/", sessions({"get": "list", "post": "create"})),
     # Before ``sessions/<session_id>/``, which would take "import" for an id.
     path("sessions/import/", run_views.SessionImportViewSet.as_view({"post": "create"})),

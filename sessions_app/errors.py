@@ -22,6 +22,13 @@ class NotFoundError(AppError):
     type = "NotFound"
 
 
+class PermissionDeniedError(AppError):
+    """The caller is known but may not do this (not a session of theirs: that is a 404)."""
+
+    status_code = 403
+    type = "PermissionDenied"
+
+
 class SessionBusyError(AppError):
     status_code = 409
     type = "SessionBusyError"

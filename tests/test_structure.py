@@ -1,7 +1,8 @@
 """The structure the design asks for (ARCHITECTURE "Layout", STYLE "One owner per concern"),
 checked on the code itself so that a change that breaks it fails here:
 
-* imports go one way, ``runs_app`` → ``sessions_app``, and no module imports itself back
+* imports go one way, ``runs_app`` → ``sessions_app`` → ``quotas_app`` (which uses only
+  ``sessions_app.errors``), and no module imports itself back
   through others (no cycle, function-level imports counted);
 * no function-level import hides a cycle;
 * the session row is locked in one module (``sessions_app/services/lock.py``), and the
@@ -18,7 +19,7 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-APPS = ("sessions_app", "runs_app", "config")
+APPS = ("sessions_app", "runs_app", "quotas_app", "config")
 
 
 def sources(*packages: str) -> list[Path]:
@@ -96,6 +97,20 @@ def test_sessions_app_never_imports_runs_app(graph):
         if imported.startswith("runs_app")
     )
     assert not arrows, f"sessions_app must not import runs_app: {arrows}"
+
+
+def test_quotas_app_imports_only_the_error_vocabulary(graph):
+    """``quotas_app`` sits under both apps (they ask it for limits and record usage through
+    it): of the project it may import only ``sessions_app.errors``."""
+    arrows = sorted(
+        (module, imported)
+        for module in graph.modules
+        if module.startswith("quotas_app")
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.startswith(("runs_app", "sessions_app", "config"))
+        and imported != "sessions_app.errors"
+    )
+    assert not arrows, f"quotas_app must not import these: {arrows}"
 
 
 def test_there_is_no_import_cycle(graph):

@@ -259,6 +259,12 @@ class RunsQueryIn(serializers.Serializer):
 class RunErrorOut(Out):
     type = serializers.CharField()
     message = serializers.CharField()
+    reason = serializers.CharField(
+        required=False, help_text="'quota': the owner's budget ran out during the run."
+    )
+    limit = serializers.CharField(
+        required=False, help_text="With reason 'quota': tokens_per_day or cost_per_month."
+    )
 
 
 class BranchOut(Out):
