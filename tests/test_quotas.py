@@ -9,9 +9,10 @@ from decimal import Decimal
 from unittest import mock
 
 import pytest
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.db.models import Sum
+from django.test import Client
 
 from quotas_app import limits
 from quotas_app.models import Quota, RunAdmission, UsageCounter, UsageRecord
@@ -306,3 +307,27 @@ def test_a_run_that_crosses_its_token_budget_finishes_its_step_and_ends_in_error
     # The operator raises it: the user goes on.
     Quota.objects.filter(user=owner).update(tokens_per_day=0)
     run_turn(api, sid, "say hi")
+
+
+# -- the admin ------------------------------------------------------------------------------
+def test_a_superuser_edits_quotas_on_the_group_and_user_pages(owner):
+    root = User.objects.create_superuser("root", password="x")
+    page = Client()
+    page.force_login(root)
+    blank = {f"quota-0-{name}": "" for name in limits.NAMES}
+    form = {
+        "quota-TOTAL_FORMS": "1",
+        "quota-INITIAL_FORMS": "0",
+        "quota-MIN_NUM_FORMS": "0",
+        "quota-MAX_NUM_FORMS": "1",
+    }
+    response = page.post(
+        "/admin/auth/group/add/",
+        {"name": "trial", **form, **blank, "quota-0-tokens_per_day": "5000"},
+    )
+    assert response.status_code == 302, response.content[:2000]
+    group = Group.objects.get(name="trial")
+    assert group.quota.tokens_per_day == 5000 and group.quota.runs_per_minute is None
+    assert b"quota" in page.get(f"/admin/auth/user/{owner.pk}/change/").content
+    owner.groups.add(group)
+    assert limits.effective(owner.pk).tokens_per_day == 5000
