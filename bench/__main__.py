@@ -1,5 +1,5 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
-sandbox, snapshots, abort, fork, load, render.
+sandbox, snapshots, abort, fork, load, render, quota.
 
 Sets up a private environment (database ``agentplat_bench``, Redis db 5, free ports, a temp
 workspace), runs the selected benchmarks, prints each result beside its floor or baseline with
@@ -30,6 +30,7 @@ BENCHES = (
     "load",
     "sandbox",
     "render",
+    "quota",
 )
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -399,6 +400,12 @@ def main(argv: list[str] | None = None) -> int:
 
             r = render.run(env, quick=args.quick)
             _record(results, printed, "render", r, render.report(r))
+        if "quota" in selected:
+            print("bench: quota check on a run request, 1 and 1,000,000 usage rows ...", flush=True)
+            from . import quota
+
+            r = quota.run(env, quick=args.quick)
+            _record(results, printed, "quota", r, quota.report(r))
     finally:
         env.close()
         RESULTS.mkdir(exist_ok=True)

@@ -22,9 +22,7 @@ NOON = datetime(2025, 3, 14, 12, 0, 0, tzinfo=UTC)
 
 def message_sums(user: User) -> dict[str, int]:
     tokens = [
-        m.tokens
-        for m in Message.objects.filter(session__owner=user, role="assistant")
-        if m.tokens
+        m.tokens for m in Message.objects.filter(session__owner=user, role="assistant") if m.tokens
     ]
     inp = sum(t.get("input_tokens", 0) for t in tokens)
     out = sum(t.get("output_tokens", 0) for t in tokens)
