@@ -18,12 +18,11 @@ import { initSidebar, markCurrent } from "./sidebar.js";
 const root = document.getElementById("chat");
 let sessionId = root.dataset.sessionId;
 const api = (path) => `/api/sessions/${sessionId}${path}`;
-const KEEP_MAX = 300; // messages kept in memory and in the page; past it the oldest go
-const KEEP = 200; // how many stay when they do
+const KEEP = 200; // messages kept in memory and in the page; past it the oldest go
 
 let messages = new Map(); // id -> {id, role, parent_id, completed_at, error, partIds: [], v}
 let parts = new Map(); // id -> part (with its version v)
-let order = []; // message ids of the active path (the newest KEEP_MAX at most), in order
+let order = []; // message ids of the active path (the newest KEEP at most), in order
 let session = null; // the session as the API shows it (status, revert, summary)
 let ready = false;
 let buffered = [];
@@ -37,6 +36,8 @@ let revertPrompt = null; // what a revert put into the prompt box (an unrevert t
 let seq = 0; // versions of messages and parts
 let globalV = 0; // bumped by what every message's look depends on (status, tree, revert)
 let regenerating = null; // {runId, before: text} while a regenerate is asked for
+const streaming = new Set(); // messages whose text or output grew since the last render
+let structural = true; // something else changed: the next render looks at every message
 
 function csrf() {
   const m = document.cookie.match(/(?:^|; )csrftoken=([^;]+)/);
@@ -122,6 +123,7 @@ function applyDelta(ev) {
     upsertPart({ id: ev.part_id, message_id: ev.message_id, order: 999,
       type: ev.type === "reasoning-delta" ? "reasoning" : "text", text: "" });
     part = parts.get(ev.part_id);
+    structural = true; // a new part (perhaps a new message): the next render looks at all
   }
   // Offsets count characters (code points, as the server does), not UTF-16 units: an
   // emoji is one character there and two units in a JS string.
@@ -133,6 +135,8 @@ function applyDelta(ev) {
   part.text = have + added.slice(haveCount - ev.offset).join("");
   part.textCount = ev.offset + added.length;
   part.v = ++seq;
+  streaming.add(part.message_id);
+  return true;
 }
 
 function applyToolOutput(ev) {
@@ -148,6 +152,8 @@ function applyToolOutput(ev) {
   state.output = have + added.slice(haveCount - ev.offset).join("");
   part.outputCount = ev.offset + added.length;
   part.v = ++seq;
+  streaming.add(part.message_id);
+  return true;
 }
 
 function codePoints(text) {
@@ -206,10 +212,13 @@ function forgetAll() {
   order = [];
   msgNodes.clear();
   partNodes.clear();
+  actionBars.clear();
 }
 
 async function loadMessages(merge) {
+  const sid = sessionId;
   const page = await call("GET", api("/messages/"));
+  if (sid !== sessionId) return; // the sidebar switched sessions meanwhile
   if (!merge) { forgetAll(); olderPage = page.previous; stickToEnd = true; }
   const ids = addPage(page.results);
   if (!merge) order = ids;
@@ -228,8 +237,10 @@ async function loadOlder() {
     // Keep what the reader looks at in place while the older messages go in above it.
     const scroller = document.scrollingElement;
     const fromBottom = scroller.scrollHeight - scroller.scrollTop;
+    structural = true;
     flush(false);
     scroller.scrollTop = scroller.scrollHeight - fromBottom;
+    refreshTree(); // the branches and checkpoints of the older messages
   } catch (err) {
     showError(err.message);
   } finally {
@@ -238,9 +249,10 @@ async function loadOlder() {
 }
 
 function trimOlder() {
-  // Past KEEP_MAX messages the oldest are forgotten (the reader is at the bottom): the
-  // "earlier messages" link brings them back a page at a time.
-  if (order.length <= KEEP_MAX) return;
+  // Past KEEP messages the oldest are forgotten (the reader is at the bottom), so a long
+  // session holds as much as a short one: the "earlier messages" link brings them back a
+  // page at a time.
+  if (order.length <= KEEP) return;
   const dropped = order.slice(0, order.length - KEEP);
   order = order.slice(order.length - KEEP);
   for (const id of dropped) {
@@ -248,6 +260,7 @@ function trimOlder() {
     for (const pid of m ? m.partIds : []) { parts.delete(pid); partNodes.delete(pid); }
     messages.delete(id);
     msgNodes.delete(id);
+    actionBars.delete(id);
   }
   olderPage = api(`/messages/?before=${encodeURIComponent(order[0])}`);
 }
@@ -277,16 +290,23 @@ async function loadTree() {
     call("GET", api("/tree/")).catch(() => []),
     call("GET", api("/checkpoints/")).catch(() => []),
   ]);
+  // Only what the shown messages need (their siblings, the head's children, their
+  // checkpoints) is kept: the whole tree of a long session would grow with every reply.
+  const shown = new Set(order);
+  const parents = new Set([""]);
+  for (const id of order) parents.add(messages.get(id)?.parent_id || "");
+  if (session?.head_message_id) parents.add(session.head_message_id);
   children = new Map();
   for (const m of tree) {
-    if (m.hidden) continue;
     const key = m.parent_id || "";
+    if (m.hidden || !parents.has(key)) continue;
     if (!children.has(key)) children.set(key, []);
     children.get(key).push(m.id);
   }
   checkpoints = new Map();
-  for (const c of timeline) if (!c.hidden) checkpoints.set(c.message_id, c);
+  for (const c of timeline) if (!c.hidden && shown.has(c.message_id)) checkpoints.set(c.message_id, c);
   globalV++;
+  structural = true;
 }
 
 let treeTimer = null;
@@ -304,10 +324,14 @@ function handle(ev) {
   // While the path is being reloaded, its events wait for the reload (which has them).
   if (reloadTimer && PATH_EVENTS.has(ev.type)) return;
   switch (ev.type) {
+    // A delta only grows its message: the render after it looks at that message alone.
     case "text-delta":
     case "reasoning-delta":
-      applyDelta(ev); break;
-    case "tool-output-delta": applyToolOutput(ev); break;
+      if (applyDelta(ev)) return renderStream();
+      break;
+    case "tool-output-delta":
+      if (applyToolOutput(ev)) return renderStream();
+      break;
     case "run.requires_action": break; // the parts' approval cards and session.status say it
     case "message.updated": {
       const m = ev.message;
@@ -654,6 +678,11 @@ let frame = 0;
 let stickToEnd = true; // the next render scrolls to the end (the first one, a reload)
 
 function render() {
+  structural = true;
+  if (!frame) frame = requestAnimationFrame(() => flush(true));
+}
+
+function renderStream() {
   if (!frame) frame = requestAnimationFrame(() => flush(true));
 }
 
@@ -672,14 +701,35 @@ function reconcile(parent, nodes) {
   }
 }
 
-function atEnd() {
-  const s = document.scrollingElement;
-  return s.scrollHeight - s.scrollTop - window.innerHeight < 120;
-}
+// Whether the reader is at the end, from an observer of the composer (reading the scroll
+// position in every render would force a layout each time).
+let readerAtEnd = true;
+new IntersectionObserver((entries) => {
+  readerAtEnd = entries[entries.length - 1].isIntersecting;
+}, { rootMargin: "0px 0px 160px 0px" }).observe(document.getElementById("composer"));
 
 function flush(follow) {
   if (frame) { cancelAnimationFrame(frame); frame = 0; }
-  const stick = follow && (stickToEnd || atEnd());
+  const stick = follow && (stickToEnd || readerAtEnd);
+  if (!structural && streaming.size) {
+    // Only streamed text or output grew: those messages are rendered, nothing else is looked at.
+    const dim = revertedIds();
+    const lastAnswer = lastAnswerId();
+    let same = true;
+    for (const id of streaming) {
+      const m = messages.get(id);
+      const before = msgNodes.get(id)?.node;
+      if (m && messageNode(m, dim, id === lastAnswer) !== before) same = false;
+    }
+    streaming.clear();
+    if (same) {
+      updateControls();
+      if (stick) scrollToEnd();
+      return;
+    }
+  }
+  structural = false;
+  streaming.clear();
   if (stick) trimOlder();
   usageLines();
   const box = document.getElementById("messages");
@@ -693,7 +743,7 @@ function flush(follow) {
     const node = messageNode(m, dim, id === lastAnswer);
     if (node) nodes.push(node);
   }
-  for (const id of msgNodes.keys()) if (!messages.has(id)) msgNodes.delete(id);
+  for (const id of msgNodes.keys()) if (!messages.has(id)) { msgNodes.delete(id); actionBars.delete(id); }
   const later = laterBranch();
   if (later) nodes.push(later);
   reconcile(box, nodes);
@@ -702,10 +752,12 @@ function flush(follow) {
   renderContinueBar();
   renderRevertBar();
   updateControls();
-  if (stick) {
-    stickToEnd = false;
-    document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;
-  }
+  if (stick) scrollToEnd();
+}
+
+function scrollToEnd() {
+  stickToEnd = false;
+  document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;
 }
 
 function messageNode(m, dim, isLastAnswer) {
@@ -763,12 +815,22 @@ function button(label, title, onClick, cls = "act") {
   return b;
 }
 
+const actionBars = new Map(); // message id -> {key, node}: kept while the moves are the same
+
 function messageActions(m, isLastAnswer) {
   // The message's moves. They float over the bubble's lower edge on hover or keyboard focus
   // (no empty strip in every bubble); on a touch screen a tap on the bubble shows them. The
-  // branch switcher, which says where the reader is, always shows.
-  const bar = el("div", "actions");
+  // branch switcher, which says where the reader is, always shows. A bar whose moves did not
+  // change is kept, so a button that has the keyboard's focus keeps it.
   const siblings = children.get(m.parent_id || "") || [];
+  const point = checkpoints.get(m.id);
+  const idle = currentStatus !== "busy" && currentStatus !== "waiting";
+  const key = [siblings.join(","), point ? `${point.run_id}:${point.index}:${point.run_status}` : "",
+    idle, isLastAnswer, editing.has(m.id)].join("|");
+  const known = actionBars.get(m.id);
+  if (known && known.key === key) return known.node;
+  const bar = el("div", "actions");
+  actionBars.set(m.id, { key, node: bar });
   if (siblings.length > 1) {
     const at = siblings.indexOf(m.id);
     const nav = el("span", "branches");
@@ -780,8 +842,6 @@ function messageActions(m, isLastAnswer) {
     bar.append(nav);
     bar.classList.add("has-branches");
   }
-  const point = checkpoints.get(m.id);
-  const idle = currentStatus !== "busy" && currentStatus !== "waiting";
   const moves = el("span", "moves");
   if (m.role === "user" && point && idle && !editing.has(m.id)) {
     moves.append(button("Edit", "Edit", () => startEdit(m), "act edit"));
@@ -1043,19 +1103,20 @@ function showTitle() {
 }
 
 async function start() {
+  // The session and the newest page of messages come first and are shown at once; the tree
+  // (branches, checkpoints: slower on a long session), the models and the panels follow.
   const sid = sessionId;
-  const fresh = await call("GET", api("/"));
+  const [fresh] = await Promise.all([call("GET", api("/")), loadMessages(false)]);
   if (sid !== sessionId) return;
   setSession(fresh);
   showTitle();
   setStatus(session.status);
   renderPermissions();
-  await renderModelPicker();
-  await Promise.all([loadMessages(false), loadTree()]);
-  if (sid !== sessionId) return;
   ready = true;
   for (const ev of buffered.splice(0)) handle(ev);
   flush(true);
+  loadTree().then(() => { if (sid === sessionId) render(); }, () => {});
+  renderModelPicker().catch(() => {});
   loadFiles();
   loadChanges();
   loadLineage();

@@ -155,7 +155,7 @@ def test_message_moves_cover_no_text_leave_no_strip_and_answer_keyboard_and_touc
         login(tab, server)
         tab.goto(f"{server.url}/sessions/{sid}/")
         bubble = tab.locator("#messages .msg.assistant").first
-        bubble.wait_for()
+        bubble.locator(".fork-here").wait_for(state="attached")  # the moves are complete
         assert tab.evaluate("() => document.scrollingElement.scrollWidth") <= 390
         tab_moves = bubble.locator(".moves")
         assert tab_moves.evaluate("e => getComputedStyle(e).opacity") == "0"
