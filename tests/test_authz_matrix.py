@@ -24,6 +24,9 @@ API = {
     "api/auth/token/": "public",
     "api/health/": "public",
     "api/sessions/": "collection",
+    "api/sessions/import/": "collection",  # makes a session of the caller's own
+    "api/usage/": "collection",  # the caller's usage (a superuser may name another user)
+    "api/usage/quota/": "collection",
     "api/models/": "collection",  # the deployment's list: any logged-in user, nothing of others
     "api/schema/": "public",
     "api/docs/": "public",
