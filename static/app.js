@@ -376,6 +376,7 @@ function handle(ev) {
       if (ev.run.status === "error" && ev.run.error) showError(ev.run.error.message);
       if (["completed", "cancelled", "error", "paused"].includes(ev.run.status)) {
         refreshTree();
+        loadBudget();
         if (regenerating && ev.run.mode === "regenerate") setTimeout(regenerateOutcome, 400);
       }
       break;
@@ -1094,6 +1095,39 @@ async function renderModelPicker() {
   }));
 }
 
+// -- the remaining budget ------------------------------------------------------------------
+const BUDGET_WORDS = {
+  tokens_per_day: (q) => `${fmt(q.remaining)} of ${fmt(q.limit)} tokens left today`,
+  cost_per_month: (q) => `$${q.remaining.toFixed(2)} of $${q.limit.toFixed(2)} left this month`,
+  runs_per_minute: (q) => `${fmt(q.remaining)} of ${fmt(q.limit)} runs left this minute`,
+  concurrent_runs: (q) => `${fmt(q.remaining)} of ${fmt(q.limit)} runs at once`,
+};
+
+function fmt(n) {
+  return Number(n).toLocaleString("en");
+}
+
+async function loadBudget() {
+  // The limits the deployment sets on the user (a quota per user or group), what is left of
+  // each and when it comes back: shown only where a limit is set.
+  const box = document.getElementById("budget");
+  const data = await call("GET", "/api/usage/quota/").catch(() => null);
+  if (!data) return;
+  const lines = [];
+  let low = false;
+  for (const [name, words] of Object.entries(BUDGET_WORDS)) {
+    const q = data.quotas[name];
+    if (!q || q.limit === null || q.remaining === null) continue;
+    let line = words(q);
+    if (q.remaining <= 0 && q.resets_at) line += ` (back ${new Date(q.resets_at).toLocaleString()})`;
+    if (q.limit && q.remaining / q.limit < 0.2) low = true;
+    lines.push(line);
+  }
+  box.textContent = lines.length ? `Your budget: ${lines.join(" · ")}` : "";
+  box.classList.toggle("low", low);
+  box.hidden = !lines.length;
+}
+
 function showTitle() {
   document.getElementById("title").textContent = session.title || session.id;
   document.title = session.title || session.id;
@@ -1116,6 +1150,7 @@ async function start() {
   for (const ev of buffered.splice(0)) handle(ev);
   flush(true);
   loadTree().then(() => { if (sid === sessionId) render(); }, () => {});
+  loadBudget();
   renderModelPicker().catch(() => {});
   loadFiles();
   loadChanges();
@@ -1176,6 +1211,7 @@ document.getElementById("composer").addEventListener("submit", async (e) => {
     stickToEnd = true;
   } catch (err) {
     showError(err.message);
+    loadBudget();
   }
 });
 document.getElementById("rollback").addEventListener("click", rollback);
@@ -1216,7 +1252,8 @@ window.addEventListener("popstate", () => {
   if (match) switchSession(match[1], false);
 });
 initShare();
-initSidebar({ call, showError, open: (id) => switchSession(id), current: () => sessionId });
 
 await connect();
 await start();
+// The session list comes after the conversation (it is not what the reader came for).
+initSidebar({ call, showError, open: (id) => switchSession(id), current: () => sessionId });
