@@ -51,6 +51,10 @@ class Limits:
     def limits_runs(self) -> bool:
         return any(getattr(self, name) is not None for name in RUN_LIMITS)
 
+    def limits_spending(self) -> bool:
+        """A budget a run may cross mid-way: tokens per day or cost per month."""
+        return self.tokens_per_day is not None or self.cost_per_month is not None
+
 
 def defaults() -> dict[str, Value]:
     """The deployment's limits (0 = unlimited), read at each call: tests and operators may

@@ -142,7 +142,7 @@ def admit_run(
         return
     lock_user(user_id)
     now = clock.now()
-    if limits.tokens_per_day is not None or limits.cost_per_month is not None:
+    if limits.limits_spending():
         check_budget(limits, spent(user_id, now), now)
     if limits.concurrent_runs is not None:
         running = active_runs()
@@ -192,7 +192,7 @@ class Overrun:
 def overrun(user_id: int, limits: Limits, *, pending: Spent | None = None) -> Overrun | None:
     """Between the steps of a run: has the user reached today's tokens or this month's cost,
     counting ``pending`` (used by this run, not written yet)? None while within both."""
-    if limits.tokens_per_day is None and limits.cost_per_month is None:
+    if not limits.limits_spending():
         return None
     now = clock.now()
     used = spent(user_id, now)

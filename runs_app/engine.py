@@ -366,7 +366,8 @@ class AgentLoop:
         max_steps = self.run.max_steps or settings.AGENT_MAX_STEPS
         for index in range(max_steps):
             self.check()
-            await self.db(self.check_budget)  # a step that crossed it has finished
+            if self.limits.limits_spending():
+                await self.db(self.check_budget)  # a step that crossed it has finished
             # Rule 1.5: before every step (a no-op after a step that finished normally).
             await self.recover(mode="resume")
             await self.compact()  # rule 10: when the next call would pass the budget
