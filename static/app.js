@@ -683,8 +683,23 @@ function render() {
   if (!frame) frame = requestAnimationFrame(() => flush(true));
 }
 
+// A stream is drawn at most every STREAM_MS: ten updates a second read as smooth, and each
+// costs a layout and a paint, whatever the number of words it brings.
+const STREAM_MS = 80;
+let lastStreamDraw = 0;
+let streamTimer = 0;
+
 function renderStream() {
-  if (!frame) frame = requestAnimationFrame(() => flush(true));
+  if (frame || streamTimer) return;
+  const wait = STREAM_MS - (performance.now() - lastStreamDraw);
+  if (wait <= 0) {
+    frame = requestAnimationFrame(() => flush(true));
+    return;
+  }
+  streamTimer = setTimeout(() => {
+    streamTimer = 0;
+    if (!frame && (streaming.size || structural)) frame = requestAnimationFrame(() => flush(true));
+  }, wait);
 }
 
 function reconcile(parent, nodes) {
@@ -711,6 +726,7 @@ new IntersectionObserver((entries) => {
 
 function flush(follow) {
   if (frame) { cancelAnimationFrame(frame); frame = 0; }
+  lastStreamDraw = performance.now();
   const stick = follow && (stickToEnd || readerAtEnd);
   if (!structural && streaming.size) {
     // Only streamed text or output grew: those messages are rendered, nothing else is looked at.

@@ -111,6 +111,7 @@ def test_message_moves_cover_no_text_leave_no_strip_and_answer_keyboard_and_touc
     page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})()?.startsWith('a first answer')")
     wait_idle(page)
     msg = page.locator("#messages .msg.assistant").first
+    msg.locator(".fork-here").wait_for(state="attached")  # the moves are complete
     page.mouse.move(0, 0)
     before = msg.bounding_box()
     msg.hover()
