@@ -4,6 +4,7 @@ from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from runs_app import dashboard
 from runs_app import pages as run_pages
 from runs_app.api import views as run_views
 from runs_app.api.usage import UsageViewSet
@@ -43,7 +44,10 @@ api = [
         "sessions/<str:session_id>/export/",
         run_views.SessionExportViewSet.as_view({"get": "export"}),
     ),
-    path("sessions/<str:session_id>/share/", sessions({"get": "shared_link", "post": "share", "delete": "unshare"})),
+    path(
+        "sessions/<str:session_id>/share/",
+        sessions({"get": "shared_link", "post": "share", "delete": "unshare"}),
+    ),
     path("shared/<str:token>/", shared({"get": "retrieve"})),
     path("shared/<str:token>/fork/", run_views.SharedForkViewSet.as_view({"post": "fork"})),
     path("shared/<str:token>/files/<path:path>", shared({"get": "files"})),
@@ -73,6 +77,11 @@ api = [
 
 urlpatterns = [
     path("api/", include(api)),
+    # Before the admin's own URLs; staff only (admin_view), scoped like the session list.
+    path("admin/usage/", admin.site.admin_view(dashboard.usage_dashboard), name="admin-usage"),
+    path(
+        "admin/usage/export.csv", admin.site.admin_view(dashboard.usage_csv), name="admin-usage-csv"
+    ),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view),  # Prometheus: METRICS_TOKEN (runs_app/metrics.py)
     path("", include(pages.urlpatterns)),
