@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import shutil
+from contextlib import nullcontext
 
 from django.conf import settings
 from django.db import transaction
@@ -150,23 +151,27 @@ def switch_head(*, session: Session, message_id: str, user=None) -> Session:  # 
         target = files_at(path, 10**9) if locked.head_id != previous else None
         snap = snapshots.for_session(locked)
         current = snap.track() if target else None
+        moving = bool(target and current != target)
         diff: list[dict] = []
-        if target and current != target:
-            with follow.writing(snap, current):
+        # The file writes and every statement after them follow the transaction (FilesFollow).
+        with follow.writing(snap, current) if moving else nullcontext():
+            if moving:
                 snap.checkout(target, snap.patch(current, target))
                 diff = snap.diff_stat(current, target)
-        if locked.head_id != previous:
-            locked.summary = changes_summary(snap, path_start(path), target or snap.peek())
-        locked.save(update_fields=["head", "summary", "updated_at"])
-        HistoryEvent.objects.create(
-            session=locked,
-            kind="head",
-            created_by=user,
-            data={"from_head": previous, "to_head": locked.head_id, "files_before": current},
-        )
-        events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
-        if diff:
-            events.publish_on_commit(
-                locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary
+            if locked.head_id != previous:
+                locked.summary = changes_summary(snap, path_start(path), target or snap.peek())
+            locked.save(update_fields=["head", "summary", "updated_at"])
+            HistoryEvent.objects.create(
+                session=locked,
+                kind="head",
+                created_by=user,
+                data={"from_head": previous, "to_head": locked.head_id, "files_before": current},
             )
+            events.publish_on_commit(
+                locked.id, events.SESSION_UPDATED, session=session_data(locked)
+            )
+            if diff:
+                events.publish_on_commit(
+                    locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary
+                )
     return locked
