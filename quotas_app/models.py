@@ -81,7 +81,8 @@ class UsageRecord(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
-        indexes = [models.Index(fields=["user", "created_at"])]
+        # Per user (budgets, the usage API); by time alone for the admin's all-user dashboard.
+        indexes = [models.Index(fields=["user", "created_at"]), models.Index(fields=["created_at"])]
 
     def __str__(self) -> str:
         return f"{self.model} call of {self.session_id}: {self.input_tokens}+{self.output_tokens}"
