@@ -1,13 +1,14 @@
 """The admin's Usage dashboard in Chromium (issue 18): reached from the admin's header, its
 SVG charts render (bars drawn, sized, no console error and so no Content-Security-Policy
 violation), its totals equal its CSV export's, and a screenshot at 1280 px goes to
-docs/dashboard.png (the README shows it)."""
+/tmp/dashboard.png (DASHBOARD_SCREENSHOT=docs/dashboard.png refreshes the README's)."""
 
 from __future__ import annotations
 
 import csv
 import io
 import json
+import os
 import shutil
 import tempfile
 import uuid
@@ -23,7 +24,9 @@ from .ui import login
 
 pytestmark = pytest.mark.timeout(300)
 
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "dashboard.png"
+# A run of the suite must not change the checkout: the picture goes to /tmp unless asked for
+# (DASHBOARD_SCREENSHOT=docs/dashboard.png refreshes the README's).
+SCREENSHOT = Path(os.environ.get("DASHBOARD_SCREENSHOT", "/tmp/dashboard.png"))
 MODELS = [
     {"name": "scripted", "price": {"input": 3.0, "output": 15.0}},
     {"name": "openai:gpt-4o-mini", "price": {"input": 0.15, "output": 0.6}},
