@@ -279,3 +279,18 @@ def test_no_operation_answers_5xx_to_hostile_input(world, method, template, oper
 def test_the_sweep_covers_the_schema():
     paths = {p for _, p, _ in OPERATIONS}
     assert "/api/sessions/{session_id}/runs/" in paths and len(OPERATIONS) >= 30
+
+
+def test_a_lone_surrogate_in_any_json_body_is_a_400_not_a_500(world):
+    """PostgreSQL cannot store a lone surrogate: every JSON endpoint refuses it at the door
+    (the same walk as the import's), instead of failing in the database."""
+    api, sid = world["api"], world["session_id"]
+    cases = (
+        ("/api/sessions/", '{"title": "a\\ud800b"}'),
+        (f"/api/sessions/{sid}/runs/", '{"messages": [{"role": "user", "content": "\\udfff"}]}'),
+    )
+    for url, body in cases:
+        response = api.post(url, body, content_type="application/json")
+        assert_json_error(response, url)
+        assert response.status_code == 400
+        assert "lone surrogates" in response.json()["error"]["message"]

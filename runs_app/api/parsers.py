@@ -18,7 +18,7 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser, get_encoding
 
-from sessions_app.api.guards import MAX_JSON_DEPTH, MESSAGE, json_too_deep
+from sessions_app.api.guards import MAX_JSON_DEPTH, json_too_deep, unstorable_text
 
 # An export nests a message's parts' tool state inside the document: a few levels more than
 # the other bodies, around whatever the tools' input held.
@@ -34,26 +34,6 @@ def _finite(text: str) -> float:
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
-
-
-def _bad_string(value: Any) -> str | None:
-    """What is wrong with the first string of ``value`` that the database cannot hold."""
-    stack = [value]
-    while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            if "\x00" in item:
-                return MESSAGE
-            try:
-                item.encode("utf-8")
-            except UnicodeEncodeError:
-                return "Text must not contain lone surrogates (\\ud800-\\udfff)."
-        elif isinstance(item, dict):
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, list):
-            stack.extend(item)
-    return None
 
 
 class ImportJSONParser(BaseParser):
@@ -84,7 +64,7 @@ class ImportJSONParser(BaseParser):
             data = json.loads(text, parse_float=_finite, parse_constant=_no_constant)
         except (ValueError, RecursionError) as exc:
             raise ParseError(f"JSON parse error - {exc}") from exc
-        problem = _bad_string(data)
+        problem = unstorable_text(data)
         if problem:
             raise ParseError(problem)
         return data

@@ -52,21 +52,29 @@ def json_too_deep(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
     return False
 
 
-def _has_nul(value: Any) -> bool:
-    # Iterative: the depth bound makes recursion safe today, but this walk must not be the
-    # next thing to fall over if the bound moves.
+SURROGATE_MESSAGE = "Text must not contain lone surrogates (\\ud800-\\udfff)."
+
+
+def unstorable_text(value: Any) -> str | None:
+    """Why the first string in ``value`` cannot be stored (PostgreSQL refuses NUL characters
+    and lone surrogates in text: a 500 if they reached it), or None. Iterative: the depth
+    bound makes recursion safe today, but this walk must not fall over if the bound moves."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
             if "\x00" in item:
-                return True
+                return MESSAGE
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return SURROGATE_MESSAGE
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
-    return False
+    return None
 
 
 class StrictJSONParser(JSONParser):
@@ -81,8 +89,9 @@ class StrictJSONParser(JSONParser):
         if json_too_deep(text):
             raise ParseError(DEPTH_MESSAGE)
         data = super().parse(io.BytesIO(raw), media_type, parser_context)
-        if _has_nul(data):
-            raise ParseError(MESSAGE)
+        problem = unstorable_text(data)
+        if problem:
+            raise ParseError(problem)
         return data
 
 
