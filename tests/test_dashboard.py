@@ -11,7 +11,6 @@ import re
 import warnings
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from unittest import mock
 
 import pytest
 from django.contrib.auth.models import Group, User
@@ -19,12 +18,12 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
-from quotas_app.services import record_usage, usage_record
 from runs_app import dashboard
 from runs_app.models import Run
 from sessions_app.models import Message
 from sessions_app.services.sessions import create_session
 from tests.conftest import client_for, new_session, run_turn
+from tests.test_usage_api import calls_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,23 +111,6 @@ def some_turns(owner: User, outsider: User) -> tuple[str, str]:
     theirs = new_session(other, title="mallory's secret")
     run_turn(other, theirs, "write b.txt y\nwrite c.txt z\nsay theirs")
     return first, theirs
-
-
-def calls_of(user: User, *, session: str, model: str, at: datetime, n: int = 1) -> None:
-    with mock.patch("quotas_app.clock.now", return_value=at):
-        record_usage(
-            [
-                usage_record(
-                    user_id=user.pk,
-                    session_id=session,
-                    run_id="run_x",
-                    message_id=f"msg_{i}",
-                    model=model,
-                    usage={"input_tokens": 10, "output_tokens": 5, "cost_usd": "0.25"},
-                )
-                for i in range(n)
-            ]
-        )
 
 
 def test_it_shows_totals_equal_to_the_sum_of_the_messages_usage(owner, outsider, root):

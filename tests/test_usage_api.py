@@ -34,7 +34,9 @@ def message_sums(user: User) -> dict[str, int]:
     }
 
 
-def calls_of(user: User, *, session: str, model: str, at: datetime, n: int, cost: str) -> None:
+def calls_of(
+    user: User, *, session: str, model: str, at: datetime, n: int = 1, cost: str = "0.25"
+) -> None:
     with mock.patch("quotas_app.clock.now", return_value=at):
         record_usage(
             [
