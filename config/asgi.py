@@ -9,6 +9,7 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
+from config import heap  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
 from runs_app import lifecycle, runtime  # noqa: E402
 from sessions_app.ws_origin import SameOriginValidator  # noqa: E402
@@ -19,6 +20,10 @@ _router = ProtocolTypeRouter(
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+# Everything the server needs is imported now: the collector leaves it alone and collects
+# less often, so that no collection stops every socket's frames (config/heap.py).
+heap.settle()
 
 
 async def application(scope, receive, send):  # noqa: ANN001, ANN201

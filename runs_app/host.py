@@ -42,6 +42,7 @@ except ImportError:  # an optional speed-up
     uvloop = None
 from django.db import DatabaseError, close_old_connections, connection
 
+from config import heap
 from sessions_app.logs import log_context
 from sessions_app.services import lock
 
@@ -79,6 +80,9 @@ class RunHost:
             self._pid = os.getpid()
             self.runs = {}
             self.queued = 0
+            # The project is imported by now: the collector leaves it alone and collects
+            # less often, so that no collection stops every run's tokens (config/heap.py).
+            heap.settle()
             # Whether the shell's sandbox starts here is found out once, off the loop.
             reason = sandbox.unavailable_reason()
             if reason and settings.AGENT_ALLOW_SHELL:
@@ -98,7 +102,7 @@ class RunHost:
                 asyncio.set_event_loop(loop)
                 self._thread_id = threading.get_ident()
                 self._room = asyncio.Semaphore(settings.RUN_HOST_CAPACITY)
-                self._starting = asyncio.Semaphore(max(1, settings.RUN_DB_THREADS // 2))
+                self._starting = asyncio.Semaphore(max(1, settings.RUN_STARTING_AT_ONCE))
                 loop.create_task(self._keeper())
                 loop.create_task(self._text_writer())
                 loop.call_soon(ready.set)

@@ -1,0 +1,70 @@
+"""The run host's care for live runs when many run in one process (issue 14): a burst of
+new runs starts a few at a time, and the collector does not stop every run's tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+
+import pytest
+
+from config import heap
+from runs_app import engine
+from runs_app.host import host
+from runs_app.models import Run
+from runs_app.services.runs import start_run
+from sessions_app.services.sessions import create_session
+
+
+def test_a_long_lived_process_freezes_what_it_imported_and_spaces_its_collections():
+    import config.asgi  # noqa: F401  (Daphne's entry settles its heap once it has imported)
+
+    assert gc.get_freeze_count() > 10_000, "the project's import-time objects are frozen"
+    assert gc.get_threshold() == heap.THRESHOLDS
+    frozen = gc.get_freeze_count()
+    heap.settle()  # once per process: a second call (the worker's host) changes nothing
+    assert gc.get_freeze_count() == frozen
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("at_once", [1, 2])
+def test_a_burst_of_runs_starts_at_most_the_configured_number_at_once(
+    owner, settings, monkeypatch, at_once
+):
+    settings.RUN_STARTING_AT_ONCE = at_once
+    starting, most = [0], [0]
+    guard = threading.Lock()
+    original = engine.AgentLoop.start_up
+
+    async def counted_start_up(self):  # noqa: ANN001, ANN202
+        with guard:
+            starting[0] += 1
+            most[0] = max(most[0], starting[0])
+        try:
+            await self.db(time.sleep, 0.15)  # a slow start-up (history, first rows, snapshot)
+            return await original(self)
+        finally:
+            with guard:
+                starting[0] -= 1
+
+    monkeypatch.setattr(engine.AgentLoop, "start_up", counted_start_up)
+    runs = [
+        start_run(
+            session=create_session(owner=owner),
+            user=owner,
+            messages=[{"role": "user", "content": "pace 0\nsay hello"}],
+            defer_enqueue=True,
+        )
+        for _ in range(5)
+    ]
+    loop = host.ensure()
+    # The process's host began before this test: its semaphore, as ensure() sizes it.
+    monkeypatch.setattr(host, "_starting", asyncio.Semaphore(settings.RUN_STARTING_AT_ONCE))
+    begun = [host.submit(run.id) for run in runs]
+    for future in begun:
+        future.finished.result(timeout=30)
+    assert loop is host.loop
+    assert {r.status for r in Run.objects.filter(id__in=[r.id for r in runs])} == {"completed"}
+    assert most[0] == at_once, "start-ups at once"
