@@ -364,6 +364,10 @@ SCRIPTED_DEFAULT_PACE_MS = float(os.environ.get("SCRIPTED_DEFAULT_PACE_MS", "15"
 RUN_HOST_CAPACITY = int(os.environ.get("RUN_HOST_CAPACITY", "1000"))
 RUN_DB_THREADS = int(os.environ.get("RUN_DB_THREADS", "8"))
 RUN_TOOL_THREADS = int(os.environ.get("RUN_TOOL_THREADS", "16"))
+# How many runs of a host may be starting at once (begin, the history, the first rows, a
+# snapshot): the rest wait their turn, so a burst of new runs leaves the live ones room
+# (README, streaming benchmark: 4 at once let 500 starting runs hold up the live ones' tokens).
+RUN_STARTING_AT_ONCE = int(os.environ.get("RUN_STARTING_AT_ONCE", "2"))
 # Where runs execute: "celery" (services mode) or "thread" (embedded: in-process pool).
 RUN_EXECUTOR = os.environ.get("RUN_EXECUTOR", "thread" if EMBEDDED else "celery")
 
