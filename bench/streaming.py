@@ -27,17 +27,23 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import json
+import os
 import pstats
+import shutil
+import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from .env import REDIS_URL, ROOT, VENV_BIN, Env, cpu_seconds, tree_total_rss_mib
 from .stats import percentile, ratio
 
+RESULTS = Path(__file__).resolve().parent / "results"
 TERMINAL = {"completed", "error", "cancelled", "paused"}
 # The last commit whose worker ran one run per prefork process (before runs_app/host.py).
 OLD_WORKER_COMMIT = "182882712a4c968a754c62745dde189de5378c25"
@@ -170,19 +176,53 @@ def _script(tokens: int, pace_ms: int) -> str:
     return f"pace {pace_ms}\nsay " + " ".join(f"t{i}" for i in range(tokens))
 
 
+def _machine_ticks() -> tuple[int, int]:
+    """(busy, total) jiffies of every CPU of the machine so far (/proc/stat)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def cpu_by_command() -> dict[str, float]:
+    """CPU seconds so far of every process on the machine, summed by command name; the CPU
+    of children a process has waited for (git under the worker, backends under PostgreSQL)
+    goes under "<name> children"."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        own = (int(fields[11]) + int(fields[12])) / ticks
+        waited = (int(fields[13]) + int(fields[14])) / ticks
+        out[name] = out.get(name, 0.0) + own
+        out[f"{name} children"] = out.get(f"{name} children", 0.0) + waited
+    return out
+
+
 class Peak:
-    """The peak of the worker's RSS (its whole process tree) while a scenario runs."""
+    """The peak of the worker's RSS (its whole process tree) while a scenario runs, and how
+    busy the whole machine was, second by second (every core: 1.0 = all of them)."""
 
     def __init__(self, pid: int) -> None:
         self.pid, self.mib, self._stop = pid, 0.0, threading.Event()
+        self.busy: list[float] = []
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
     def _watch(self) -> None:
+        last, tick = _machine_ticks(), time.monotonic()
         while not self._stop.wait(0.25):
             try:
                 self.mib = max(self.mib, tree_total_rss_mib(self.pid))
             except (FileNotFoundError, ProcessLookupError):
                 pass
+            if time.monotonic() - tick >= 1.0:
+                now = _machine_ticks()
+                self.busy.append((now[0] - last[0]) / max(1, now[1] - last[1]))
+                last, tick = now, time.monotonic()
 
     def __enter__(self) -> Peak:
         self._thread.start()
@@ -205,31 +245,55 @@ async def scenario(
     emit_dir: Path,
     worker_pid: int,
     daphne_pid: int,
+    child_env: dict[str, str],
 ) -> dict[str, Any]:
-    from django.db import close_old_connections
-
-    from runs_app.services.runs import start_run
-
     clients = [Client(f"ws://127.0.0.1:{port}/ws/sessions/{s.id}/?token={token}") for s in sessions]
     tasks = [asyncio.create_task(c.run()) for c in clients]
     await asyncio.wait_for(asyncio.gather(*(c.subscribed.wait() for c in clients)), 120)
     await asyncio.sleep(0.5)
     script = _script(tokens, pace_ms)
 
-    def start_all() -> None:
-        for s in sessions:
-            start_run(session=s, user=user, messages=[{"role": "user", "content": script}])
-        close_old_connections()
+    # The runs are started from a process of their own, as an API server would
+    # (bench/start_runs.py), set up before the clock starts.
+    starter = await asyncio.create_subprocess_exec(
+        str(VENV_BIN / "python"),
+        "-m",
+        "bench.start_runs",
+        cwd=str(ROOT),
+        env=child_env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert starter.stdout is not None
+    if (await asyncio.wait_for(starter.stdout.readline(), 60)).strip() != b"ready":
+        raise RuntimeError("bench.start_runs did not start")
+
+    async def start_all() -> None:
+        order = {"user_id": user.pk, "session_ids": [s.id for s in sessions], "content": script}
+        await starter.communicate(json.dumps(order).encode() + b"\n")
+        if starter.returncode:
+            raise RuntimeError(f"bench.start_runs failed ({starter.returncode})")
 
     cpu_worker, cpu_daphne = cpu_seconds(worker_pid), cpu_seconds(daphne_pid)
+    own = os.times()
+    cpu_clients = own.user + own.system
+    by_command = cpu_by_command()
     since = time.time()
     with Peak(worker_pid) as peak:
-        await asyncio.to_thread(start_all)
+        await start_all()
         started = time.time() - since
         timeout = tokens * pace_ms / 1000.0 * 3 + 120
         await asyncio.wait_for(asyncio.gather(*(c.done.wait() for c in clients)), timeout)
     cpu_worker = cpu_seconds(worker_pid) - cpu_worker
     cpu_daphne = cpu_seconds(daphne_pid) - cpu_daphne
+    own = os.times()
+    cpu_clients = own.user + own.system - cpu_clients
+    elapsed = time.time() - since
+    after = cpu_by_command()
+    shares = {
+        name: (after[name] - by_command.get(name, 0.0)) / max(1e-9, elapsed) for name in after
+    }
+    top_shares = {n: round(v, 3) for n, v in sorted(shares.items(), key=lambda kv: -kv[1])[:8]}
     for task in tasks:
         await task
     await asyncio.sleep(0.6)  # the probe writes its notes every 100 ms
@@ -241,6 +305,20 @@ async def scenario(
     # While the runs start (their start-up work: history, first rows, a snapshot) and after.
     starting = [ms for t, ms in timed if t < first + 3.0]
     steady = [ms for t, ms in timed if t >= first + 3.0]
+    # p99 per second of the scenario: where in the run the tail is (start-up, steady, end).
+    by_second: dict[int, list[float]] = {}
+    for t, ms in timed:
+        by_second.setdefault(int(t - first), []).append(ms)
+    timeline = [round(percentile(v, 99)) for _, v in sorted(by_second.items())]
+    first_emits: dict[str, float] = {}
+    last_emits: dict[str, float] = {}
+    for t, part, _off, _n in emits:
+        first_emits[part] = min(t, first_emits.get(part, t))
+        last_emits[part] = max(t, last_emits.get(part, t))
+    # Every run streaming at once: from the last run's first token to the first run's last.
+    all_from = max(first_emits.values()) if first_emits else 0.0
+    all_to = min(last_emits.values()) if last_emits else 0.0
+    together = [ms for t, ms in timed if all_from <= t <= all_to]
     recv_times = [f[0] for f in frames]
     delivered_tokens = len(emits) - lost
     asked = len(sessions) * 1000.0 / pace_ms
@@ -260,6 +338,11 @@ async def scenario(
         "max_ms": max(lat) if lat else float("nan"),
         "p99_first_3s_ms": percentile(starting, 99) if starting else float("nan"),
         "p99_after_3s_ms": percentile(steady, 99) if steady else float("nan"),
+        "p99_by_second_ms": timeline,
+        "all_streaming_s": max(0.0, all_to - all_from),
+        "p99_all_streaming_ms": percentile(together, 99) if together else float("nan"),
+        "p50_all_streaming_ms": percentile(together, 50) if together else float("nan"),
+        "tokens_all_streaming": len(together),
         "produced_tokens_per_s": produced,
         "produced_share": produced / asked if asked else float("nan"),
         "delivered_tokens_per_s": (
@@ -268,8 +351,18 @@ async def scenario(
         "enqueue_seconds": started,
         "worker_cpu_us_per_token": cpu_worker / max(1, len(emits)) * 1e6,
         "daphne_cpu_us_per_token": cpu_daphne / max(1, len(emits)) * 1e6,
-        "worker_cpu_share": cpu_worker / max(1e-9, time.time() - since),
+        "worker_cpu_share": cpu_worker / max(1e-9, elapsed),
+        "daphne_cpu_share": cpu_daphne / max(1e-9, elapsed),
+        # The benchmark's own process (its clients, and the thread that starts the runs).
+        "clients_cpu_share": cpu_clients / max(1e-9, elapsed),
+        "elapsed_s": elapsed,
+        "cpu_share_by_command": top_shares,
+        # From the first run's first token to the last run's first token.
+        "first_token_spread_s": (
+            max(first_emits.values()) - min(first_emits.values()) if first_emits else 0.0
+        ),
         "worker_peak_rss_mib": peak.mib,
+        "machine_busy_by_second": [round(b, 2) for b in peak.busy],
     }
 
 
@@ -340,6 +433,45 @@ def _top_functions(path: Path, tokens: int, limit: int = 12) -> list[dict[str, A
     return [{"total_us_per_token": total}, *rows[:limit]]
 
 
+@contextlib.contextmanager
+def _spied(worker_pid: int, daphne_pid: int, label: str) -> Iterator[None]:
+    """With BENCH_PYSPY=1: py-spy samples the worker and Daphne (the thread that holds the
+    GIL) while the scenario runs; the collapsed stacks go to bench/results/."""
+    if os.environ.get("BENCH_PYSPY") != "1":
+        yield
+        return
+    RESULTS.mkdir(exist_ok=True)
+    spies = [
+        subprocess.Popen(
+            [
+                f"{VENV_BIN}/py-spy",
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                "250",
+                "--format",
+                "raw",
+                "--threads",
+                "--gil",  # only the thread that holds the GIL: where the process's one core goes
+                "--nonblocking",
+                "--output",
+                str(RESULTS / f"pyspy-{label}-{name}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name, pid in (("worker", worker_pid), ("daphne", daphne_pid))
+    ]
+    try:
+        yield
+    finally:
+        for spy in spies:
+            spy.send_signal(signal.SIGINT)
+        for spy in spies:
+            spy.wait(30)
+
+
 def run(env: Env, *, quick: bool, sessions: int = 50, old: bool = True) -> dict[str, Any]:
     from django.contrib.auth.models import User
     from django.db import close_old_connections
@@ -353,14 +485,21 @@ def run(env: Env, *, quick: bool, sessions: int = 50, old: bool = True) -> dict[
     profile_dir = env.workdir / "profile"
     profile_dir.mkdir(exist_ok=True)
     many_count = 200 if quick else 500
+    # BENCH_STREAMING=one,fifty,many,profiled: some of the current worker's scenarios.
+    only = set(os.environ.get("BENCH_STREAMING", "one,fifty,many,profiled").split(","))
     user = User.objects.create_user("bench-stream", password="x")
     token = Token.objects.create(user=user).key
     pool = [create_session(owner=user, title=f"stream {i}") for i in range(many_count)]
     floor = asyncio.run(redis_floor(1000 if quick else 3000))
     results: dict[str, Any] = {"floor": floor, "frame_ms": _frame_ms()}
 
-    def measure(worker: Any, daphne: Any, port: int, label: str, count: int, pace: int) -> None:
-        tokens = (250 if pace <= 20 else 100) if quick else (500 if pace <= 20 else 200)
+    def measure(
+        worker: Any, daphne: Any, port: int, label: str, count: int, pace: int, tokens: int = 0
+    ) -> None:
+        if not tokens:
+            # Long enough that every run streams at once for a while after the last has
+            # started (500 runs take ~20 s to start here): 10 s at 50 tok/s, 60 s at 10.
+            tokens = (250 if pace <= 20 else 200) if quick else (500 if pace <= 20 else 600)
         close_old_connections()
         results[label] = asyncio.run(
             scenario(
@@ -373,6 +512,7 @@ def run(env: Env, *, quick: bool, sessions: int = 50, old: bool = True) -> dict[
                 emit_dir=emit_dir,
                 worker_pid=worker.pid,
                 daphne_pid=daphne.pid,
+                child_env=env.child_env(),
             )
         )
         print(f"bench: streaming {label}: {_brief(results[label])}", flush=True)
@@ -397,15 +537,25 @@ def run(env: Env, *, quick: bool, sessions: int = 50, old: bool = True) -> dict[
     )
     try:
         warm(many_count)
-        measure(worker, daphne, port, "one", 1, 20)
-        measure(worker, daphne, port, "fifty", sessions, 20)
-        measure(worker, daphne, port, "many", many_count, 100)
+        if "one" in only:
+            measure(worker, daphne, port, "one", 1, 20)
+        if "fifty" in only:
+            measure(worker, daphne, port, "fifty", sessions, 20)
+        if "starts" in only:  # what starting and ending a run costs: one token each
+            with _spied(worker.pid, daphne.pid, "starts"):
+                measure(worker, daphne, port, "starts", many_count, 100, tokens=1)
+        if "many" in only:
+            with _spied(worker.pid, daphne.pid, "many"):
+                measure(worker, daphne, port, "many", many_count, 100)
         # Where the worker's time goes: the 50-session scenario again, profiled.
-        _profile(profile_dir, "start")
-        measure(worker, daphne, port, "profiled", sessions, 20)
-        _profile(profile_dir, "stop")
+        if "profiled" in only:
+            _profile(profile_dir, "start")
+            measure(worker, daphne, port, "profiled", sessions, 20)
+            _profile(profile_dir, "stop")
         stats = profile_dir / "host.pstats"
         if stats.exists():
+            RESULTS.mkdir(exist_ok=True)
+            shutil.copy(stats, RESULTS / "streaming-host.pstats")
             results["profile"] = _top_functions(stats, results["profiled"]["emitted"])
         results["worker"] = {
             "pool": "threads",
@@ -435,17 +585,17 @@ def run(env: Env, *, quick: bool, sessions: int = 50, old: bool = True) -> dict[
         finally:
             worker.stop()
             daphne.stop()
-    one, fifty, many = results["one"], results["fifty"], results["many"]
-    results["ratio_p99_one"] = ratio(one["p99_ms"], floor["p99_ms"])
-    results["ratio_p99_fifty"] = ratio(fifty["p99_ms"], floor["p99_ms"])
-    results["ratio_p99_many"] = ratio(many["p99_ms"], floor["p99_ms"])
+    for key in ("one", "fifty", "many"):
+        if key in results:
+            results[f"ratio_p99_{key}"] = ratio(results[key]["p99_ms"], floor["p99_ms"])
     if "fifty" in results and "many" in results:
+        fifty, many = results["fifty"], results["many"]
         extra_runs = many["sessions"] - fifty["sessions"]
         results["rss_mib_per_added_run"] = (
             many["worker_peak_rss_mib"] - fifty["worker_peak_rss_mib"]
         ) / max(1, extra_runs)
-    if "old_fifty" in results:
-        old_fifty = results["old_fifty"]
+    if "old_fifty" in results and "fifty" in results:
+        old_fifty, fifty = results["old_fifty"], results["fifty"]
         results["old_vs_new"] = {
             "produced": ratio(fifty["produced_tokens_per_s"], old_fifty["produced_tokens_per_s"]),
             "p99": ratio(old_fifty["p99_ms"], fifty["p99_ms"]),
@@ -465,7 +615,16 @@ def _brief(r: dict[str, Any]) -> str:
         f"p99 {r['p99_ms']:.1f} ms (first 3 s {r['p99_first_3s_ms']:.0f}, then "
         f"{r['p99_after_3s_ms']:.0f}), worker {r['worker_cpu_us_per_token']:.0f} µs/token, "
         f"Daphne {r['daphne_cpu_us_per_token']:.0f} µs/token, "
-        f"RSS {r['worker_peak_rss_mib']:.0f} MiB"
+        f"RSS {r['worker_peak_rss_mib']:.0f} MiB; while all {r['sessions']} stream "
+        f"({r.get('all_streaming_s', 0):.1f} s, {r.get('tokens_all_streaming', 0)} tokens): p50 "
+        f"{r.get('p50_all_streaming_ms', float('nan')):.1f} ms, p99 "
+        f"{r.get('p99_all_streaming_ms', float('nan')):.1f} ms; p99 by second "
+        f"{' '.join(str(v) for v in r.get('p99_by_second_ms', []))}; machine busy by second "
+        f"{' '.join(f'{v:.2f}' for v in r.get('machine_busy_by_second', []))}; first tokens "
+        f"over {r.get('first_token_spread_s', 0):.1f} s; CPU share worker "
+        f"{r.get('worker_cpu_share', 0):.2f}, Daphne {r.get('daphne_cpu_share', 0):.2f}, "
+        f"clients {r.get('clients_cpu_share', 0):.2f}; by command "
+        f"{r.get('cpu_share_by_command')}"
     )
 
 

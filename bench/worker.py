@@ -114,3 +114,41 @@ if _PROFILE_DIR and _runtime is not None and hasattr(_runtime, "host_started"):
         threading.Thread(target=_profile_control, args=(loop,), daemon=True).start()
 
     _runtime.host_started = _started
+
+
+# -- garbage collection pauses, noted for the benchmark (BENCH_GC_LOG) ----------------------
+_GC_LOG = os.environ.get("BENCH_GC_LOG")
+if _GC_LOG:
+    import gc
+
+    _gc_started: list[float] = []
+
+    def _gc_note(phase: str, info: dict) -> None:
+        if phase == "start":
+            _gc_started.append(time.perf_counter())
+        elif _gc_started:
+            took = time.perf_counter() - _gc_started.pop()
+            if info["generation"] == 2 or took > 0.005:
+                with open(_GC_LOG, "a") as fh:
+                    fh.write(f"{time.time():.3f}\t{info['generation']}\t{took * 1000:.1f}\n")
+            if info["generation"] == 2 and took > 0.08:
+                _census.set()
+
+    _census = threading.Event()
+
+    def _take_census() -> None:
+        """After each long full collection: what the tracked objects are (the last one kept)."""
+        import collections
+
+        while True:
+            _census.wait()
+            _census.clear()
+            counts = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+            counts[f"(frozen: {gc.get_freeze_count()})"] = 0
+            with open(_GC_LOG + ".census", "w") as fh:
+                fh.write(f"total {sum(counts.values())}\n")
+                fh.writelines(f"{n}\t{name}\n" for name, n in counts.most_common())
+            del counts
+
+    threading.Thread(target=_take_census, daemon=True).start()
+    gc.callbacks.append(_gc_note)
