@@ -114,6 +114,20 @@ def report_streaming(r: dict[str, Any]) -> str:
             f"{r.get('database', '?')}",
         )
     ]
+    for key in ("one", "fifty", "many", "old_fifty"):
+        s = r.get(key)
+        if not s or "p99_all_streaming_ms" not in s:
+            continue
+        out.append(
+            f"  {s['sessions']} x {1000 / s['pace_ms']:.0f} tok/s"
+            f"{' (old worker)' if key == 'old_fifty' else ''}: the runs asked for in "
+            f"{_f(s['enqueue_seconds'], 1)} s, first tokens over "
+            f"{_f(s['first_token_spread_s'], 1)} s; while all {s['sessions']} stream "
+            f"({_f(s['all_streaming_s'], 1)} s): p50 {_f(s['p50_all_streaming_ms'])} ms, "
+            f"p99 {_f(s['p99_all_streaming_ms'])} ms; CPU (cores) worker "
+            f"{_f(s['worker_cpu_share'], 2)}, Daphne {_f(s['daphne_cpu_share'], 2)}, clients "
+            f"{_f(s['clients_cpu_share'], 2)}"
+        )
     if "rss_mib_per_added_run" in r:
         out.append(
             f"  worker memory per added live run (RSS at {r['many']['sessions']} vs at "
