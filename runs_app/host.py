@@ -102,7 +102,7 @@ class RunHost:
                 asyncio.set_event_loop(loop)
                 self._thread_id = threading.get_ident()
                 self._room = asyncio.Semaphore(settings.RUN_HOST_CAPACITY)
-                self._starting = asyncio.Semaphore(max(1, settings.RUN_STARTING_AT_ONCE))
+                self._starting = None  # sized from the settings at the first start-up
                 loop.create_task(self._keeper())
                 loop.create_task(self._text_writer())
                 loop.call_soon(ready.set)
@@ -142,7 +142,7 @@ class RunHost:
 
     async def _host(self, run_id: str, begun: concurrent.futures.Future) -> None:
         finished = begun.finished  # type: ignore[attr-defined]
-        assert self._room is not None and self._starting is not None
+        assert self._room is not None
         try:
             async with self._admitted():  # at most RUN_HOST_CAPACITY live runs in this process
                 async with self.starting():
@@ -189,7 +189,8 @@ class RunHost:
         """A few start-ups at a time (``begin``, the history, the first rows, a snapshot):
         hundreds of runs handed over at once would else fill every database thread with
         start-up work, and hold the interpreter, while the live runs wait for theirs."""
-        assert self._starting is not None
+        if self._starting is None:  # on the loop: no other coroutine runs in between
+            self._starting = asyncio.Semaphore(max(1, settings.RUN_STARTING_AT_ONCE))
         return self._starting
 
     def _retry_later(self, run_id: str) -> None:

@@ -3,7 +3,6 @@ new runs starts a few at a time, and the collector does not stop every run's tok
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import threading
 import time
@@ -60,8 +59,9 @@ def test_a_burst_of_runs_starts_at_most_the_configured_number_at_once(
         for _ in range(5)
     ]
     loop = host.ensure()
-    # The process's host began before this test: its semaphore, as ensure() sizes it.
-    monkeypatch.setattr(host, "_starting", asyncio.Semaphore(settings.RUN_STARTING_AT_ONCE))
+    # The process's host began before this test: it sizes its start-ups from the setting
+    # again, as at its first start-up.
+    monkeypatch.setattr(host, "_starting", None)
     begun = [host.submit(run.id) for run in runs]
     for future in begun:
         future.finished.result(timeout=30)
