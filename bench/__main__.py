@@ -9,6 +9,7 @@ the ratio, and writes everything to ``bench/results/latest.json``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import platform
@@ -282,6 +283,19 @@ def _record(
     print("\n" + text + "\n", flush=True)
 
 
+# The benchmarks run and reported the same way: name (--only), what is printed while it
+# runs, its module, and whether it takes the environment (database, Redis, workdir).
+SIMPLE = (
+    ("snapshots", "snapshots", "snapshot_bench", False),
+    ("fork", "session fork / checkpoint bytes vs agno", "fork", True),
+    ("load", "load (50 sessions + 200 websockets + API; 100 prompts)", "load", True),
+    ("abort", "abort / recovery", "abort", True),
+    ("sandbox", "shell sandbox", "sandbox", False),
+    ("render", "chat rendering in Chromium, current vs old app.js", "render", True),
+    ("quota", "quota check on a run request, 1 and 1,000,000 usage rows", "quota", True),
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -378,48 +392,13 @@ def main(argv: list[str] | None = None) -> int:
 
             r = memory.run(env, runs=runs, clients=args.clients)
             _record(results, printed, "memory", r, report_memory(r))
-        if "snapshots" in selected:
-            print("bench: snapshots ...", flush=True)
-            from . import snapshot_bench
-
-            r = snapshot_bench.run(quick=args.quick)
-            _record(results, printed, "snapshots", r, snapshot_bench.report(r))
-        if "fork" in selected:
-            print("bench: session fork / checkpoint bytes vs agno ...", flush=True)
-            from . import fork
-
-            r = fork.run(env, quick=args.quick)
-            _record(results, printed, "fork", r, fork.report(r))
-        if "load" in selected:
-            print("bench: load (50 sessions + 200 websockets + API; 100 prompts) ...", flush=True)
-            from . import load
-
-            r = load.run(env, quick=args.quick)
-            _record(results, printed, "load", r, load.report(r))
-        if "abort" in selected:
-            print("bench: abort / recovery ...", flush=True)
-            from . import abort
-
-            r = abort.run(env, quick=args.quick)
-            _record(results, printed, "abort", r, abort.report(r))
-        if "sandbox" in selected:
-            print("bench: shell sandbox ...", flush=True)
-            from . import sandbox
-
-            r = sandbox.run(quick=args.quick)
-            _record(results, printed, "sandbox", r, sandbox.report(r))
-        if "render" in selected:
-            print("bench: chat rendering in Chromium, current vs old app.js ...", flush=True)
-            from . import render
-
-            r = render.run(env, quick=args.quick)
-            _record(results, printed, "render", r, render.report(r))
-        if "quota" in selected:
-            print("bench: quota check on a run request, 1 and 1,000,000 usage rows ...", flush=True)
-            from . import quota
-
-            r = quota.run(env, quick=args.quick)
-            _record(results, printed, "quota", r, quota.report(r))
+        for name, what, module, needs_env in SIMPLE:
+            if name not in selected:
+                continue
+            print(f"bench: {what} ...", flush=True)
+            bench = importlib.import_module(f"bench.{module}")
+            r = bench.run(env, quick=args.quick) if needs_env else bench.run(quick=args.quick)
+            _record(results, printed, name, r, bench.report(r))
     finally:
         env.close()
         RESULTS.mkdir(exist_ok=True)

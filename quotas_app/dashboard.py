@@ -122,19 +122,8 @@ CSV_FIELDS = (
     "cached_input_tokens",
     "cost_usd",
 )
-CSV_COLUMNS = (
-    "created_at",
-    "user_id",
-    "username",
-    "session_id",
-    "run_id",
-    "message_id",
-    "model",
-    "input_tokens",
-    "output_tokens",
-    "cached_input_tokens",
-    "cost_usd",
-)
+# The CSV's header: the fields as they are named, the owner's as "username".
+CSV_COLUMNS = tuple("username" if f == "user__username" else f for f in CSV_FIELDS)
 
 
 def csv_chunk(
