@@ -176,9 +176,13 @@ function scheduleRefetch(delay = 250) {
 }
 
 let reloadTimer = null;
+let reloadAgain = false; // asked for while the path was being fetched: it may have moved since
+let missedEvents = false; // path events left out while the path was being fetched
 function scheduleReload(delay = 100) {
-  if (reloadTimer) return;
+  if (reloadTimer) { reloadAgain = true; return; }
+  missedEvents = false;
   reloadTimer = setTimeout(async () => {
+    reloadAgain = false;
     try {
       await loadMessages(false);
       await loadTree();
@@ -188,8 +192,10 @@ function scheduleReload(delay = 100) {
     }
     reloadTimer = null;
     render();
-    // Events that came while the path was fetched: a merge refetch catches them up.
-    if (currentStatus === "busy") scheduleRefetch();
+    if (reloadAgain) return scheduleReload(0);
+    // The page may have been read before the events left out meanwhile (a slow answer, a
+    // run that ended in the meantime): a merge refetch, asked for after them, has them.
+    if (missedEvents || currentStatus === "busy") scheduleRefetch();
   }, delay);
 }
 
@@ -321,8 +327,9 @@ const PATH_EVENTS = new Set([
 ]);
 
 function handle(ev) {
-  // While the path is being reloaded, its events wait for the reload (which has them).
-  if (reloadTimer && PATH_EVENTS.has(ev.type)) return;
+  // While the path is being reloaded its events are left out: the reload, or the merge
+  // refetch after it, has them.
+  if (reloadTimer && PATH_EVENTS.has(ev.type)) { missedEvents = true; return; }
   switch (ev.type) {
     // A delta only grows its message: the render after it looks at that message alone.
     case "text-delta":
@@ -367,8 +374,9 @@ function handle(ev) {
       const head = ev.session.head_message_id;
       if (moved && (!order.includes(head) || order[order.length - 1] !== head)) {
         // The head left the end of the path we show (rollback, a branch switch, continue,
-        // regenerate; from this tab, another one or the admin): show the path to it.
-        loadMessages(false).then(() => { render(); refreshTree(); }, () => scheduleReload(1000));
+        // regenerate; from this tab, another one or the admin): show the path to it. The
+        // run that moved it may already stream: its events wait for the reload.
+        scheduleReload(0);
       }
       break;
     }

@@ -22,6 +22,14 @@ def _no_browser(reason: str) -> None:
     pytest.skip(reason)
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):  # noqa: ANN001, ANN201 - pytest's hook
+    """Keeps each phase's report on the test, for the fixtures' teardown to read."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"report_{report.when}", report)
+
+
 @pytest.fixture(scope="module")
 def browser():
     try:
@@ -98,6 +106,12 @@ def page(browser, request):
         and not (restarts and "WebSocket connection to" in c and "ERR_CONNECTION_REFUSED" in c)
     ]
     context.close()
+    report = getattr(request.node, "report_call", None)
+    if report is not None and report.failed:
+        # What the server said while the test failed (CI shows a failure once, not again).
+        for name in ("server", "embedded_server"):
+            if name in request.fixturenames:
+                print(request.getfixturevalue(name).logs())
     assert not errors, "browser console errors:\n" + "\n".join(errors)
     assert not failed, "failed requests:\n" + "\n".join(failed)
 

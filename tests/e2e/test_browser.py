@@ -5,6 +5,7 @@ words), run tools, see the file in the Files panel."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,6 @@ def _flow_with_evidence(page, server) -> None:
     try:
         _flow(page, server)
     except Exception:
-        print(server.logs())
         try:
             page.screenshot(path=str(SCREENSHOT.with_name("chat-failure.png")), full_page=True)
         except Exception:  # noqa: BLE001 - best effort on the way out
@@ -205,3 +205,41 @@ def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
     page.reload()
     page.wait_for_selector("#messages .msg.user")
     assert page.locator("#messages .msg.user .text").all_inner_texts() == users
+
+
+def test_an_answer_that_streams_while_the_path_reloads_is_shown(page, server):
+    """Sending over a pending revert moves the head: the page reloads its path while the new
+    run already streams. A page of messages that the server read before the answer existed
+    but that arrives after the whole run (a slow response, a loaded machine: seen in CI) must
+    not hide the answer."""
+    login(page, server)
+    page.get_by_role("button", name="New session").click()
+    page.wait_for_url("**/sessions/ses_*/")
+    wait_idle(page)
+    send(page, "say first")
+    page.wait_for_function("() => document.body.innerText.includes('first')")
+    wait_idle(page)
+    first = page.locator("#messages .msg.user").nth(0)
+    first.hover()
+    first.locator("> .actions button.revert-here").click()
+    page.wait_for_selector("#revert-bar:not([hidden])")
+
+    def late(route) -> None:
+        # Read by the server now, handed to the page after the run has ended. (The sleep
+        # holds the test's side only; the browser and the server go on meanwhile.)
+        answer = route.fetch()
+        time.sleep(2.5)
+        route.fulfill(response=answer)
+
+    page.route("**/messages/", late)
+    send(page, "say streamed past the reload")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#messages .msg.assistant .text')]"
+        ".some((n) => n.textContent.includes('streamed past the reload'))",
+        timeout=15_000,
+    )
+    wait_idle(page)
+    page.unroute("**/messages/")
+    assert page.locator("#messages .msg.user .text").all_inner_texts() == [
+        "say streamed past the reload"
+    ]

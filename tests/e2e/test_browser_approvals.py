@@ -23,7 +23,6 @@ def test_a_user_asks_to_approve_writes_denies_allows_and_stops_a_command(page, s
     try:
         _flow(page, server)
     except Exception:
-        print(server.logs())
         page.screenshot(path=str(SCREENSHOT.with_name("approval-failure.png")), full_page=True)
         raise
 

@@ -35,7 +35,6 @@ def test_rollback_continue_regenerate_and_fork_in_the_browser(page, server):
     try:
         _flow(page, server)
     except Exception:
-        print(server.logs())
         try:
             page.screenshot(path=str(SHOTS / "branches-failure.png"), full_page=True)
         except Exception:  # noqa: BLE001 - best effort on the way out
