@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from quotas_app.models import UsageRecord
@@ -32,7 +32,8 @@ class Checkpointer:
         self._new_ids.add(obj.pk)
         (self._new_messages if isinstance(obj, Message) else self._new_parts).append(obj)
 
-    def touch(self, obj: Message | Part, *fields: str) -> None:
+    def touch(self, obj: models.Model, *fields: str) -> None:
+        """``fields`` of ``obj`` (a row already written) go in the next flush."""
         if obj.pk not in self._new_ids:
             self._dirty[obj].update(fields)
 

@@ -246,10 +246,12 @@ class AgentLoop:
             message.completed_at = message.created_at
             self.new_part(message, Part.Type.TEXT, text=str(item.get("content", "")))
             written.append(message)
-        self.writer.flush()
         if written:
-            Run.objects.filter(id=self.run.id).update(input_message_id=written[0].id)
+            # Written with the input, in its transaction: a run resumed after a crash in
+            # between would else write its input a second time.
             self.run.input_message_id = written[0].id
+            self.writer.touch(self.run, "input_message_id")
+        self.writer.flush()
         for message in written:
             self.emit(events.MESSAGE_UPDATED, message=message_data(message))
 

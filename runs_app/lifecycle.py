@@ -152,17 +152,17 @@ def begin(run_id: str) -> Begun:
             log.info("run %s: session %s is still held", run.id, run.session_id)
             return Begun(None, retry=True)
         Run.objects.filter(id=run.id).update(attempts=F("attempts") + 1)
-    run.refresh_from_db()
-    run.session.refresh_from_db()
-    return Begun(run)
+    # Read again once the lock is ours (what it holds may have moved until then): one
+    # statement for both rows (two refreshes were three: the run's drops its cached session).
+    return Begun(Run.objects.select_related("session").get(id=run.id))
 
 
 def _add_usage(locked: Session, added: dict | None) -> None:
-    """Under the session row lock: the session's usage plus what a run's execution used."""
+    """Under the session row lock: the session's usage plus what a run's execution used
+    (``locked`` follows)."""
     if added:
-        Session.objects.filter(id=locked.id).update(
-            usage=models_catalog.add_usage(locked.usage or {}, added)
-        )
+        locked.usage = models_catalog.add_usage(locked.usage or {}, added)
+        Session.objects.filter(id=locked.id).update(usage=locked.usage)
 
 
 def finish(run: Run, *, usage_added: dict | None = None) -> None:
@@ -180,11 +180,11 @@ def finish(run: Run, *, usage_added: dict | None = None) -> None:
             result=run.result,
             output=run.output,
         )
-        _hand_over(run.session_id, run.id)
+        _hand_over(run.session_id, run.id, locked)
         events.publish_on_commit(run.session_id, events.RUN_UPDATED, run=run_data(run))
-        session = Session.objects.get(id=run.session_id)
+        # The row read under the lock, with this transaction's changes on it: as it commits.
         events.publish_on_commit(
-            run.session_id, events.SESSION_UPDATED, session=session_data(session)
+            run.session_id, events.SESSION_UPDATED, session=session_data(locked)
         )
 
 
@@ -264,9 +264,10 @@ def finish_unstarted(run: Run, status: str = Run.Status.CANCELLED) -> Run:
     return run
 
 
-def _hand_over(session_id: str, run_id: str) -> str | None:
+def _hand_over(session_id: str, run_id: str, locked: Session | None = None) -> str | None:
     """Under the session row lock: pass the busy lock from ``run_id`` to the oldest queued
-    run (enqueued after commit), or release it (``session.status`` idle)."""
+    run (enqueued after commit), or release it (``session.status`` idle). ``locked``, the
+    row read under that lock, follows the change."""
     queued = (
         Run.objects.filter(
             session_id=session_id,
@@ -279,7 +280,7 @@ def _hand_over(session_id: str, run_id: str) -> str | None:
         .first()
     )
     next_run = queued[0] if queued else None
-    lock.hand_over(session_id, run_id, next_run)
+    lock.hand_over(session_id, run_id, next_run, locked)
     if queued:
         metrics.observe_busy_wait((timezone.now() - queued[1]).total_seconds())
         runtime.enqueue_on_commit(queued[0])

@@ -44,19 +44,21 @@ def sessions_for_user(user, query: str = ""):  # noqa: ANN001, ANN201
     return sessions
 
 
-def path_ids(leaf_id: str | None) -> list[str]:
-    """Ids of the messages root → ``leaf_id``: one indexed query for the session's
-    (id, parent) pairs, then a walk in memory. A recursive CTE was tried first; PostgreSQL
-    plans it as one full scan per level when the table's statistics are stale (a 2,000-message
-    path took ~1 s until ANALYZE), while this stays linear whatever the planner knows."""
+def path_ids(leaf_id: str | None, session_id: str | None = None) -> list[str]:
+    """Ids of the messages root → ``leaf_id`` (a message of ``session_id``, looked up when not
+    given): one indexed query for the session's (id, parent) pairs, then a walk in memory.
+    A recursive CTE was tried first; PostgreSQL plans it as one full scan per level when the
+    table's statistics are stale (a 2,000-message path took ~1 s until ANALYZE), while this
+    stays linear whatever the planner knows. A plain query, not ``iterator()``: on PostgreSQL
+    that is a server-side cursor, four round trips (declare, fetch, fetch, close) at every
+    run's start for pairs that libpq holds in memory at once anyway."""
     if not leaf_id:
         return []
-    session_id = Message.objects.filter(id=leaf_id).values_list("session_id", flat=True).first()
     if session_id is None:
-        return []
-    parents = dict(
-        Message.objects.filter(session_id=session_id).values_list("id", "parent_id").iterator()
-    )
+        session_id = Message.objects.filter(id=leaf_id).values_list("session_id", flat=True).first()
+        if session_id is None:
+            return []
+    parents = dict(Message.objects.filter(session_id=session_id).values_list("id", "parent_id"))
     path = []
     current: str | None = leaf_id
     while current is not None and current in parents and len(path) <= len(parents):
@@ -84,7 +86,10 @@ def messages_with_parts(ids: list[str]) -> list[Message]:
 
 
 def active_path(session: Session, leaf_id: str | None = None) -> list[Message]:
-    return messages_with_parts(path_ids(leaf_id if leaf_id is not None else session.head_id))
+    """The messages root → ``leaf_id`` (the head when not given) of ``session``, with their
+    parts; a leaf of another session gives an empty path."""
+    leaf = leaf_id if leaf_id is not None else session.head_id
+    return messages_with_parts(path_ids(leaf, session.id))
 
 
 def message_tree(session: Session) -> list[dict[str, Any]]:
@@ -94,7 +99,7 @@ def message_tree(session: Session) -> list[dict[str, Any]]:
         {"id": mid, "parent_id": parent, "role": role, "run_id": run, "hidden": hidden}
         for mid, parent, role, run, hidden in rows.values_list(
             "id", "parent_id", "role", "run_id", "hidden"
-        ).iterator()
+        )
     ]
 
 
@@ -360,7 +365,7 @@ def session_message_ids(session: Session, *, tree: bool) -> list[str]:
         return list(
             Message.objects.filter(session=session).order_by("id").values_list("id", flat=True)
         )
-    return path_ids(session.head_id)
+    return path_ids(session.head_id, session.id)
 
 
 def lineage(session: Session, user) -> dict[str, Any]:  # noqa: ANN001

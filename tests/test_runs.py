@@ -235,6 +235,30 @@ def test_history_load_and_checkpoints_do_not_grow_with_history(owner, mode, sett
     assert counts[0] == counts[1]
 
 
+def test_a_run_starts_and_ends_in_few_statements(owner, settings):
+    """Starting and ending a run is what a burst of new runs costs the live ones: the worker
+    reads the run and its session once after claiming them (two refreshes read the session
+    three times), walks the path with one query (not a server-side cursor), writes the input
+    with the run's mark of it, and publishes the session it locked at the end (not a fresh
+    read of it). 22 statements before (and the cursor's fetches and close), 19 now."""
+    settings.RUN_LEASE_SECONDS = settings.RUN_ABORT_POLL_SECONDS = 300  # keeper apart
+    session = create_session(owner=owner)
+    run = start_run(
+        session=session,
+        user=owner,
+        messages=[{"role": "user", "content": "say hi"}],
+        defer_enqueue=True,
+    )
+    with all_queries() as queries:
+        run_agent(run.id)
+    run.refresh_from_db()
+    assert run.status == "completed" and run.input_message_id is not None
+    session_reads = [q for q in queries if q.startswith('SELECT "sessions_app_session"."id"')]
+    assert len(session_reads) == 1, "the session row: read with the run, locked at the end"
+    assert not [q for q in queries if "DECLARE" in q or "FETCH" in q]
+    assert len(queries) <= 19, "\n".join(queries)
+
+
 @pytest.mark.parametrize(
     ("mode", "written_mid_batch", "recorded_mid_batch"),
     [("runs", 0, 0), ("tool-batch", 0, 2), ("tool", 1, 2)],

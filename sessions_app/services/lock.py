@@ -117,10 +117,12 @@ def park(session_id: str, run_id: str) -> bool:
     )
 
 
-def hand_over(session_id: str, run_id: str, next_run_id: str | None) -> bool:
+def hand_over(
+    session_id: str, run_id: str, next_run_id: str | None, locked: Session | None = None
+) -> bool:
     """Release ``run_id``'s lock, to ``next_run_id`` when one waits. Call in a transaction
     that holds the session row (``select_for_update``), so an enqueue cannot slip between
-    the check for waiting runs and the release."""
+    the check for waiting runs and the release; ``locked``, that row, follows the change."""
     if next_run_id:
         values = {"busy_run_id": next_run_id, "lease_expires_at": _lease_end()}
     else:
@@ -129,4 +131,9 @@ def hand_over(session_id: str, run_id: str, next_run_id: str | None) -> bool:
             "lease_expires_at": None,
             "status": Session.Status.IDLE,
         }
-    return Session.objects.filter(id=session_id, busy_run_id=run_id).update(**values) == 1
+    if not Session.objects.filter(id=session_id, busy_run_id=run_id).update(**values):
+        return False
+    if locked is not None:
+        for name, value in values.items():
+            setattr(locked, name, value)
+    return True

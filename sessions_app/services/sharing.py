@@ -116,7 +116,7 @@ def shared_data(
     ``before`` names the id of the older page), the pinned files, and what the
     conversation did to them (from the files before its first step to the pin)."""
     session = share.session
-    ids = path_ids(share.message_id) if share.message_id else []
+    ids = path_ids(share.message_id, share.session_id) if share.message_id else []
     page = message_page(ids, limit=limit or settings.API_PAGE_DEFAULT, before=before)
     snap = snapshots.for_session(session)
     start = _first_snapshot(ids) or snapshots.EMPTY_TREE
