@@ -4,6 +4,7 @@ import threading
 import time
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 
 from runs_app.host import run_agent
@@ -214,6 +215,21 @@ def _prior_history(session, owner, count):
     Session.objects.filter(id=session.id).update(head=messages[-1])
 
 
+def _counted_run(session: Session, owner: User, script: str) -> tuple[Run, list[str]]:
+    """Run ``script`` in ``session`` on this process's host: the run, and every statement it
+    took (from any thread). Set the keeper apart first (long lease and abort poll)."""
+    run = start_run(
+        session=session,
+        user=owner,
+        messages=[{"role": "user", "content": script}],
+        defer_enqueue=True,
+    )
+    with all_queries() as queries:
+        run_agent(run.id)
+    run.refresh_from_db()
+    return run, queries
+
+
 @pytest.mark.parametrize("mode", ["tool-batch"])
 def test_history_load_and_checkpoints_do_not_grow_with_history(owner, mode, settings):
     settings.RUN_LEASE_SECONDS = settings.RUN_ABORT_POLL_SECONDS = 300  # keeper apart
@@ -221,15 +237,7 @@ def test_history_load_and_checkpoints_do_not_grow_with_history(owner, mode, sett
     for size in (10, 400):
         session = create_session(owner=owner, checkpoint=mode)
         _prior_history(session, owner, size)
-        run = start_run(
-            session=session,
-            user=owner,
-            messages=[{"role": "user", "content": "write a.txt x\nappend a.txt y"}],
-            defer_enqueue=True,
-        )
-        with all_queries() as queries:
-            run_agent(run.id)
-        run.refresh_from_db()
+        run, queries = _counted_run(session, owner, "write a.txt x\nappend a.txt y")
         assert run.status == "completed"
         counts.append(len(queries))
     assert counts[0] == counts[1]
@@ -242,16 +250,7 @@ def test_a_run_starts_and_ends_in_few_statements(owner, settings):
     with the run's mark of it, and publishes the session it locked at the end (not a fresh
     read of it). 22 statements before (and the cursor's fetches and close), 19 now."""
     settings.RUN_LEASE_SECONDS = settings.RUN_ABORT_POLL_SECONDS = 300  # keeper apart
-    session = create_session(owner=owner)
-    run = start_run(
-        session=session,
-        user=owner,
-        messages=[{"role": "user", "content": "say hi"}],
-        defer_enqueue=True,
-    )
-    with all_queries() as queries:
-        run_agent(run.id)
-    run.refresh_from_db()
+    run, queries = _counted_run(create_session(owner=owner), owner, "say hi")
     assert run.status == "completed" and run.input_message_id is not None
     session_reads = [q for q in queries if q.startswith('SELECT "sessions_app_session"."id"')]
     assert len(session_reads) == 1, "the session row: read with the run, locked at the end"
@@ -290,14 +289,7 @@ def test_mode_runs_writes_the_run_once_at_its_end(owner, settings):
     counts = {}
     for mode in ("runs", "tool-batch"):
         session = create_session(owner=owner, checkpoint=mode)
-        run = start_run(
-            session=session,
-            user=owner,
-            messages=[{"role": "user", "content": "write a.txt x\nsay between\nappend a.txt y"}],
-            defer_enqueue=True,
-        )
-        with all_queries() as queries:
-            run_agent(run.id)
+        _, queries = _counted_run(session, owner, "write a.txt x\nsay between\nappend a.txt y")
         inserts = [sql for sql in queries if sql.startswith('INSERT INTO "sessions_app_part"')]
         counts[mode] = len(inserts)
         assert Part.objects.filter(session=session, type="tool").count() == 2
