@@ -96,7 +96,9 @@ async def redis_floor(samples: int) -> dict[str, float]:
 class Client:
     def __init__(self, url: str) -> None:
         self.url = url
-        self.frames: list[tuple[float, str, int, int]] = []  # received, part, offset, length
+        # received, part, offset, length, published (the event's ``seq``: the publishing
+        # process's clock in µs when it sent the event to Redis; 0 where it is not one)
+        self.frames: list[tuple[float, str, int, int, float]] = []
         self.subscribed = asyncio.Event()
         self.done = asyncio.Event()
 
@@ -109,8 +111,10 @@ class Client:
                 event = json.loads(raw)
                 kind = event.get("type")
                 if kind == "text-delta":
+                    seq = event.get("seq") or 0
+                    published = seq / 1e6 if seq > 1e15 else 0.0  # an older worker's counter
                     self.frames.append(
-                        (received, event["part_id"], event["offset"], len(event["text"]))
+                        (received, event["part_id"], event["offset"], len(event["text"]), published)
                     )
                 elif kind == "subscribed":
                     self.subscribed.set()
@@ -131,14 +135,18 @@ def read_emits(emit_dir: Path, since: float) -> list[tuple[float, str, int, int]
 
 def latencies(
     emits: list[tuple[float, str, int, int]],
-    frames: list[tuple[float, str, int, int]],
+    frames: list[tuple[float, str, int, int, float]],
     timed: list[tuple[float, float]] | None = None,
+    in_worker: list[tuple[float, float]] | None = None,
 ) -> tuple[list[float], int]:
     """Per emitted delta, ms from emission to the arrival of the frame that covers its
-    offset; and how many deltas no frame covered (lost). ``timed`` gets (emitted, ms)."""
-    by_part: dict[str, list[tuple[int, int, float]]] = {}
-    for received, part, offset, length in frames:
-        by_part.setdefault(part, []).append((offset, offset + length, received))
+    offset; and how many deltas no frame covered (lost). ``timed`` gets (emitted, ms);
+    ``in_worker`` (emitted, ms from emission to the frame's publication to Redis): the part
+    of the latency spent in the worker (the frame, the loop, the sender), the rest being
+    Redis, Daphne and the client."""
+    by_part: dict[str, list[tuple[int, int, float, float]]] = {}
+    for received, part, offset, length, published in frames:
+        by_part.setdefault(part, []).append((offset, offset + length, received, published))
     starts: dict[str, list[int]] = {}
     for part, spans in by_part.items():
         spans.sort()
@@ -156,6 +164,8 @@ def latencies(
         out.append((spans[i][2] - emitted) * 1000.0)
         if timed is not None:
             timed.append((emitted, out[-1]))
+        if in_worker is not None and spans[i][3]:
+            in_worker.append((emitted, (spans[i][3] - emitted) * 1000.0))
     return out, lost
 
 
@@ -300,7 +310,8 @@ async def scenario(
     emits = read_emits(emit_dir, since)
     frames = [f for c in clients for f in c.frames]
     timed: list[tuple[float, float]] = []
-    lat, lost = latencies(emits, frames, timed)
+    in_worker: list[tuple[float, float]] = []
+    lat, lost = latencies(emits, frames, timed, in_worker)
     first = min(t for t, _ in timed) if timed else since
     # While the runs start (their start-up work: history, first rows, a snapshot) and after.
     starting = [ms for t, ms in timed if t < first + 3.0]
@@ -310,6 +321,11 @@ async def scenario(
     for t, ms in timed:
         by_second.setdefault(int(t - first), []).append(ms)
     timeline = [round(percentile(v, 99)) for _, v in sorted(by_second.items())]
+    # The same, of the time each token spent in the worker before its frame left for Redis.
+    worker_by_second: dict[int, list[float]] = {}
+    for t, ms in in_worker:
+        worker_by_second.setdefault(int(t - first), []).append(ms)
+    worker_timeline = [round(percentile(v, 99)) for _, v in sorted(worker_by_second.items())]
     first_emits: dict[str, float] = {}
     last_emits: dict[str, float] = {}
     for t, part, _off, _n in emits:
@@ -339,6 +355,7 @@ async def scenario(
         "p99_first_3s_ms": percentile(starting, 99) if starting else float("nan"),
         "p99_after_3s_ms": percentile(steady, 99) if steady else float("nan"),
         "p99_by_second_ms": timeline,
+        "p99_in_worker_by_second_ms": worker_timeline,
         "all_streaming_s": max(0.0, all_to - all_from),
         "p99_all_streaming_ms": percentile(together, 99) if together else float("nan"),
         "p50_all_streaming_ms": percentile(together, 50) if together else float("nan"),
@@ -619,7 +636,9 @@ def _brief(r: dict[str, Any]) -> str:
         f"({r.get('all_streaming_s', 0):.1f} s, {r.get('tokens_all_streaming', 0)} tokens): p50 "
         f"{r.get('p50_all_streaming_ms', float('nan')):.1f} ms, p99 "
         f"{r.get('p99_all_streaming_ms', float('nan')):.1f} ms; p99 by second "
-        f"{' '.join(str(v) for v in r.get('p99_by_second_ms', []))}; machine busy by second "
+        f"{' '.join(str(v) for v in r.get('p99_by_second_ms', []))} (in the worker, "
+        f"emit → publish: {' '.join(str(v) for v in r.get('p99_in_worker_by_second_ms', []))})"
+        "; machine busy by second "
         f"{' '.join(f'{v:.2f}' for v in r.get('machine_busy_by_second', []))}; first tokens "
         f"over {r.get('first_token_spread_s', 0):.1f} s; CPU share worker "
         f"{r.get('worker_cpu_share', 0):.2f}, Daphne {r.get('daphne_cpu_share', 0):.2f}, "
