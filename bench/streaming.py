@@ -182,6 +182,14 @@ def produced_rate(emits: list[tuple[float, str, int, int]]) -> float:
     return total
 
 
+def _p99_by_second(points: list[tuple[float, float]], first: float) -> list[int]:
+    """p99 of the (time, ms) ``points`` in each second from ``first`` on."""
+    by_second: dict[int, list[float]] = {}
+    for t, ms in points:
+        by_second.setdefault(int(t - first), []).append(ms)
+    return [round(percentile(v, 99)) for _, v in sorted(by_second.items())]
+
+
 def _script(tokens: int, pace_ms: int) -> str:
     return f"pace {pace_ms}\nsay " + " ".join(f"t{i}" for i in range(tokens))
 
@@ -316,16 +324,10 @@ async def scenario(
     # While the runs start (their start-up work: history, first rows, a snapshot) and after.
     starting = [ms for t, ms in timed if t < first + 3.0]
     steady = [ms for t, ms in timed if t >= first + 3.0]
-    # p99 per second of the scenario: where in the run the tail is (start-up, steady, end).
-    by_second: dict[int, list[float]] = {}
-    for t, ms in timed:
-        by_second.setdefault(int(t - first), []).append(ms)
-    timeline = [round(percentile(v, 99)) for _, v in sorted(by_second.items())]
-    # The same, of the time each token spent in the worker before its frame left for Redis.
-    worker_by_second: dict[int, list[float]] = {}
-    for t, ms in in_worker:
-        worker_by_second.setdefault(int(t - first), []).append(ms)
-    worker_timeline = [round(percentile(v, 99)) for _, v in sorted(worker_by_second.items())]
+    # p99 per second of the scenario: where in the run the tail is (start-up, steady, end);
+    # the same of the time each token spent in the worker before its frame left for Redis.
+    timeline = _p99_by_second(timed, first)
+    worker_timeline = _p99_by_second(in_worker, first)
     first_emits: dict[str, float] = {}
     last_emits: dict[str, float] = {}
     for t, part, _off, _n in emits:
@@ -370,7 +372,8 @@ async def scenario(
         "daphne_cpu_us_per_token": cpu_daphne / max(1, len(emits)) * 1e6,
         "worker_cpu_share": cpu_worker / max(1e-9, elapsed),
         "daphne_cpu_share": cpu_daphne / max(1e-9, elapsed),
-        # The benchmark's own process (its clients, and the thread that starts the runs).
+        # The benchmark's own process: its websocket clients (bench/start_runs.py, which
+        # starts the runs, is a process of its own: under "python" in the shares by command).
         "clients_cpu_share": cpu_clients / max(1e-9, elapsed),
         "elapsed_s": elapsed,
         "cpu_share_by_command": top_shares,

@@ -375,7 +375,7 @@ function handle(ev) {
       if (moved && (!order.includes(head) || order[order.length - 1] !== head)) {
         // The head left the end of the path we show (rollback, a branch switch, continue,
         // regenerate; from this tab, another one or the admin): show the path to it. The
-        // run that moved it may already stream: its events wait for the reload.
+        // run that moved it may already stream: the reload, or its refetch, brings its events.
         scheduleReload(0);
       }
       break;
