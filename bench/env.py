@@ -106,6 +106,9 @@ class Proc:
             self.popen.wait(5)
 
 
+METRICS_TOKEN = "bench-metrics"
+
+
 @dataclass
 class Env:
     """Database URL, Redis URL and a private workspace; subprocesses started from it."""
@@ -166,6 +169,8 @@ class Env:
                 str(port),
                 "config.asgi:application",
             ],
+            # The streaming benchmark reads Daphne's fan-out histogram while it runs.
+            METRICS_TOKEN=METRICS_TOKEN,
         )
         wait_port(port, proc=proc.popen)
         return proc, port

@@ -36,11 +36,12 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .env import REDIS_URL, ROOT, VENV_BIN, Env, cpu_seconds, tree_total_rss_mib
+from .env import METRICS_TOKEN, REDIS_URL, ROOT, VENV_BIN, Env, cpu_seconds, tree_total_rss_mib
 from .stats import percentile, ratio
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -221,17 +222,62 @@ def cpu_by_command() -> dict[str, float]:
     return out
 
 
-class Peak:
-    """The peak of the worker's RSS (its whole process tree) while a scenario runs, and how
-    busy the whole machine was, second by second (every core: 1.0 = all of them)."""
+_FANOUT = "agentplat_event_fanout_seconds_bucket"
 
-    def __init__(self, pid: int) -> None:
-        self.pid, self.mib, self._stop = pid, 0.0, threading.Event()
+
+def fanout_buckets(port: int) -> dict[float, float]:
+    """Daphne's fan-out histogram so far (``GET /metrics``): cumulative count of events by
+    upper bound in seconds, from an event's hand-over by its publisher to its consumer's send
+    to the socket (the worker's sender, Redis and Daphne; not the client)."""
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        text = response.read().decode()
+    out: dict[float, float] = {}
+    for line in text.splitlines():
+        if line.startswith(_FANOUT + "{"):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            out[float("inf") if bound == "+Inf" else float(bound)] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def fanout_by_second(
+    snapshots: list[tuple[float, dict[float, float]]], first: float
+) -> list[tuple[int, int, float]]:
+    """Per second from ``first`` on, from successive histogram snapshots: (second, the bucket
+    bound in ms the p99 lies under, % of events over 50 ms)."""
+    out = []
+    for (_t0, before), (t1, after) in zip(snapshots, snapshots[1:], strict=False):
+        counts = sorted((b, after.get(b, 0.0) - before.get(b, 0.0)) for b in after)
+        total = counts[-1][1] if counts else 0.0
+        if total <= 0 or t1 < first:
+            continue
+        bound = next(b for b, c in counts if c >= 0.99 * total)
+        within = next((c for b, c in counts if b >= 0.05), total)
+        out.append((int(t1 - first), round(bound * 1000), round(100 * (1 - within / total), 1)))
+    return out
+
+
+class Peak:
+    """The peak of the worker's RSS (its whole process tree) while a scenario runs, how busy
+    the whole machine was, second by second (every core: 1.0 = all of them), and Daphne's
+    fan-out histogram each second (``port``: Daphne's)."""
+
+    def __init__(self, pid: int, port: int = 0) -> None:
+        self.pid, self.port, self.mib, self._stop = pid, port, 0.0, threading.Event()
         self.busy: list[float] = []
+        self.fanout: list[tuple[float, dict[float, float]]] = []
         self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _scrape(self) -> None:
+        if self.port:
+            with contextlib.suppress(OSError, ValueError):
+                self.fanout.append((time.time(), fanout_buckets(self.port)))
 
     def _watch(self) -> None:
         last, tick = _machine_ticks(), time.monotonic()
+        self._scrape()
         while not self._stop.wait(0.25):
             try:
                 self.mib = max(self.mib, tree_total_rss_mib(self.pid))
@@ -241,6 +287,7 @@ class Peak:
                 now = _machine_ticks()
                 self.busy.append((now[0] - last[0]) / max(1, now[1] - last[1]))
                 last, tick = now, time.monotonic()
+                self._scrape()
 
     def __enter__(self) -> Peak:
         self._thread.start()
@@ -249,6 +296,15 @@ class Peak:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+async def loop_lag(points: list[tuple[float, float]], stop: asyncio.Event) -> None:
+    """How late this process's loop (the websocket clients') wakes from a 10 ms sleep: (time,
+    ms late) — a frame that arrived meanwhile was read that much late."""
+    while not stop.is_set():
+        asked = time.monotonic()
+        await asyncio.sleep(0.01)
+        points.append((time.time(), (time.monotonic() - asked - 0.01) * 1000.0))
 
 
 # -- one scenario ---------------------------------------------------------------------------
@@ -286,22 +342,33 @@ async def scenario(
     if (await asyncio.wait_for(starter.stdout.readline(), 60)).strip() != b"ready":
         raise RuntimeError("bench.start_runs did not start")
 
+    starter_cpu: list[float] = []  # its CPU seconds from "ready" to its exit
+
     async def start_all() -> None:
         order = {"user_id": user.pk, "session_ids": [s.id for s in sessions], "content": script}
-        await starter.communicate(json.dumps(order).encode() + b"\n")
+        out, _ = await starter.communicate(json.dumps(order).encode() + b"\n")
         if starter.returncode:
             raise RuntimeError(f"bench.start_runs failed ({starter.returncode})")
+        starter_cpu.append(float(out.split()[-1]))
 
+    # Daphne's first HTTP request imports its URL conf (~100 ms of its loop): before the clock.
+    with contextlib.suppress(OSError, ValueError):
+        fanout_buckets(port)
     cpu_worker, cpu_daphne = cpu_seconds(worker_pid), cpu_seconds(daphne_pid)
     own = os.times()
     cpu_clients = own.user + own.system
     by_command = cpu_by_command()
     since = time.time()
-    with Peak(worker_pid) as peak:
+    lag: list[tuple[float, float]] = []
+    stop_lag = asyncio.Event()
+    lag_task = asyncio.create_task(loop_lag(lag, stop_lag))
+    with Peak(worker_pid, port) as peak:
         await start_all()
         started = time.time() - since
         timeout = tokens * pace_ms / 1000.0 * 3 + 120
         await asyncio.wait_for(asyncio.gather(*(c.done.wait() for c in clients)), timeout)
+    stop_lag.set()
+    await lag_task
     cpu_worker = cpu_seconds(worker_pid) - cpu_worker
     cpu_daphne = cpu_seconds(daphne_pid) - cpu_daphne
     own = os.times()
@@ -328,6 +395,8 @@ async def scenario(
     # the same of the time each token spent in the worker before its frame left for Redis.
     timeline = _p99_by_second(timed, first)
     worker_timeline = _p99_by_second(in_worker, first)
+    lag_timeline = _p99_by_second(lag, first)
+    fanout_timeline = fanout_by_second(peak.fanout, first)
     first_emits: dict[str, float] = {}
     last_emits: dict[str, float] = {}
     for t, part, _off, _n in emits:
@@ -358,6 +427,10 @@ async def scenario(
         "p99_after_3s_ms": percentile(steady, 99) if steady else float("nan"),
         "p99_by_second_ms": timeline,
         "p99_in_worker_by_second_ms": worker_timeline,
+        # Daphne's side, from its fan-out histogram: (second, p99 under this bound in ms, %
+        # of events over 50 ms); and the clients' loop lag, p99 by second.
+        "fanout_by_second": fanout_timeline,
+        "clients_loop_lag_p99_by_second_ms": lag_timeline,
         "all_streaming_s": max(0.0, all_to - all_from),
         "p99_all_streaming_ms": percentile(together, 99) if together else float("nan"),
         "p50_all_streaming_ms": percentile(together, 50) if together else float("nan"),
@@ -368,6 +441,7 @@ async def scenario(
             delivered_tokens / (max(recv_times) - min(recv_times)) if len(recv_times) > 1 else 0.0
         ),
         "enqueue_seconds": started,
+        "api_cpu_ms_per_run": starter_cpu[0] / len(sessions) * 1000 if starter_cpu else 0.0,
         "worker_cpu_us_per_token": cpu_worker / max(1, len(emits)) * 1e6,
         "daphne_cpu_us_per_token": cpu_daphne / max(1, len(emits)) * 1e6,
         "worker_cpu_share": cpu_worker / max(1e-9, elapsed),
@@ -640,12 +714,17 @@ def _brief(r: dict[str, Any]) -> str:
         f"{r.get('p50_all_streaming_ms', float('nan')):.1f} ms, p99 "
         f"{r.get('p99_all_streaming_ms', float('nan')):.1f} ms; p99 by second "
         f"{' '.join(str(v) for v in r.get('p99_by_second_ms', []))} (in the worker, "
-        f"emit → publish: {' '.join(str(v) for v in r.get('p99_in_worker_by_second_ms', []))})"
+        f"emit → publish: {' '.join(str(v) for v in r.get('p99_in_worker_by_second_ms', []))}"
+        "; hand-over → Daphne's send, p99 under / % over 50 ms: "
+        f"{' '.join(f'{b}/{o:g}%' for _s, b, o in r.get('fanout_by_second', []))}; the "
+        "clients' loop lag: "
+        f"{' '.join(str(v) for v in r.get('clients_loop_lag_p99_by_second_ms', []))})"
         "; machine busy by second "
         f"{' '.join(f'{v:.2f}' for v in r.get('machine_busy_by_second', []))}; first tokens "
         f"over {r.get('first_token_spread_s', 0):.1f} s; CPU share worker "
         f"{r.get('worker_cpu_share', 0):.2f}, Daphne {r.get('daphne_cpu_share', 0):.2f}, "
-        f"clients {r.get('clients_cpu_share', 0):.2f}; by command "
+        f"clients {r.get('clients_cpu_share', 0):.2f}; the API process "
+        f"{r.get('api_cpu_ms_per_run', 0):.1f} ms per run started; by command "
         f"{r.get('cpu_share_by_command')}"
     )
 
