@@ -112,7 +112,7 @@ def report_streaming(r: dict[str, Any]) -> str:
             f"frames of STREAM_FRAME_MS={_f(r['frame_ms'], 0)} ms; host worker: "
             f"{r.get('worker', {}).get('command', '?')}; old worker: commit "
             f"{r.get('old_worker', {}).get('commit', '-')[:10]}; database: "
-            f"{r.get('database', '?')}",
+            f"{r.get('database', '?')}; CPU weights: {r.get('cpu_weights', '?')}",
         )
     ]
     for key in ("one", "fifty", "many", "old_fifty"):
