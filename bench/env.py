@@ -46,12 +46,12 @@ def favour(pid: int | str) -> str:
     """Give the session of ``pid`` (an int, or "self") the favoured CPU weight; what was done,
     for the report. Needs the kernel's autogroups and the right to raise a priority."""
     if os.environ.get("BENCH_EQUAL_WEIGHTS") == "1":
-        return "equal CPU weights (BENCH_EQUAL_WEIGHTS=1)"
+        return "the default (BENCH_EQUAL_WEIGHTS=1)"
     path = Path(f"/proc/{pid}/autogroup")
     try:
         path.write_text(str(FAVOURED_NICE))
     except OSError as exc:
-        return f"equal CPU weights (autogroup not set: {exc.strerror or exc})"
+        return f"the default (its autogroup could not be set: {exc.strerror or exc})"
     return f"autogroup nice {FAVOURED_NICE}"
 
 
