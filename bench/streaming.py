@@ -378,14 +378,16 @@ async def scenario(
     lag: list[tuple[float, float]] = []
     stop_lag = asyncio.Event()
     lag_task = asyncio.create_task(loop_lag(lag, stop_lag))
-    with Peak(worker_pid, port) as peak:
-        await start_all()
-        started = time.time() - since
-        timeout = tokens * pace_ms / 1000.0 * 3 + 120
-        await asyncio.wait_for(asyncio.gather(*(c.done.wait() for c in clients)), timeout)
-    stop_lag.set()
-    await lag_task
-    gc.enable()
+    try:
+        with Peak(worker_pid, port) as peak:
+            await start_all()
+            started = time.time() - since
+            timeout = tokens * pace_ms / 1000.0 * 3 + 120
+            await asyncio.wait_for(asyncio.gather(*(c.done.wait() for c in clients)), timeout)
+    finally:
+        stop_lag.set()
+        await lag_task
+        gc.enable()
     cpu_worker = cpu_seconds(worker_pid) - cpu_worker
     cpu_daphne = cpu_seconds(daphne_pid) - cpu_daphne
     own = os.times()
