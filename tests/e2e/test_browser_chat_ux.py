@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from playwright.sync_api import expect
+
 from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
 
 USERS = "() => [...document.querySelectorAll('#messages .msg.user .text')].map(e => e.textContent)"
@@ -198,7 +200,11 @@ def test_share_shows_the_existing_link_after_a_reload_and_copies_it(page, server
     page.click("#share")
     page.wait_for_selector("#share-box:not([hidden])")
     url = page.input_value("#share-url")
-    page.get_by_role("button", name="Copy the link").click()
+    copy = page.get_by_role("button", name="Copy the link")
+    copy.click()
+    # The button says so once the clipboard has the link (the write is asynchronous: read at
+    # once, on a busy machine, the clipboard was still empty).
+    expect(copy).to_have_text("Copied")
     assert page.evaluate("() => navigator.clipboard.readText()") == url
     page.reload()
     page.click("#session-menu summary")
