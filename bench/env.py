@@ -175,6 +175,9 @@ class Env:
             WORKSPACE_ROOT=str(self.workspace),
             LOG_LEVEL="WARNING",
             PYTHONUNBUFFERED="1",
+            # The benchmarks run as root on this machine; the deployment's processes refuse to
+            # (config/privileges.py).
+            ALLOW_ROOT="true",
         )
         env.update(extra)
         return env

@@ -1,9 +1,17 @@
 import os
 
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("agentplat")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(["runs_app"])
+
+
+@signals.worker_init.connect
+def _refuse_root(**_kwargs) -> None:  # noqa: ANN003
+    """A worker never runs as root in services mode (config/privileges.py)."""
+    from config.privileges import refuse_root
+
+    refuse_root("worker")

@@ -124,6 +124,10 @@ def _secret_key(*, debug: bool, embedded: bool) -> str:
 
 SECRET_KEY = _secret_key(debug=DEBUG, embedded=EMBEDDED)
 
+# Services-mode web and worker refuse to start as root unless this is set (config/privileges.py;
+# SEMANTICS 11.3): the shipped units and image run them as the `agentplat` user.
+ALLOW_ROOT = _env_bool("ALLOW_ROOT", False)
+
 DATABASES = {
     "default": _database_from_url(DATABASE_URL)
     if DATABASE_URL

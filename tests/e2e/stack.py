@@ -43,6 +43,9 @@ def base_env(**overrides: str | None) -> dict[str, str]:
         ASGI_THREADS="32",
         PYTHONUNBUFFERED="1",
         SCRIPTED_DEFAULT_PACE_MS="5",
+        # The suite runs as root on CI's machine; the deployment's processes refuse to
+        # (config/privileges.py).
+        ALLOW_ROOT="true",
         # A queue of this test's own: another suite on the same Redis cannot take its runs.
         CELERY_QUEUE=f"agentplat-e2e-{uuid.uuid4().hex[:12]}",
     )
