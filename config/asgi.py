@@ -9,13 +9,13 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
-from config.privileges import refuse_root  # noqa: E402
-
-refuse_root("web")
-
 from config import heap  # noqa: E402
+from config.privileges import refuse_root  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
 from runs_app import lifecycle, runtime  # noqa: E402
+
+refuse_root("web", embedded=runtime.embedded())
+
 from sessions_app.ws_origin import SameOriginValidator  # noqa: E402
 
 _router = ProtocolTypeRouter(

@@ -2,6 +2,8 @@ import os
 
 from celery import Celery, signals
 
+from config.privileges import refuse_root
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("agentplat")
@@ -11,7 +13,5 @@ app.autodiscover_tasks(["runs_app"])
 
 @signals.worker_init.connect
 def _refuse_root(**_kwargs) -> None:  # noqa: ANN003
-    """A worker never runs as root in services mode (config/privileges.py)."""
-    from config.privileges import refuse_root
-
-    refuse_root("worker")
+    """A worker never runs as root (config/privileges.py); a worker is services mode."""
+    refuse_root("worker", embedded=False)

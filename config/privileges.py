@@ -24,15 +24,16 @@ HELP = (
 )
 
 
-def refuse_root(process: str, *, euid: int | None = None) -> None:
+def refuse_root(process: str, *, embedded: bool, euid: int | None = None) -> None:
     """ImproperlyConfigured when ``process`` (``web``, ``worker``) runs as root in services
-    mode without ``ALLOW_ROOT``; a warning in embedded mode."""
+    mode without ``ALLOW_ROOT``; a warning in ``embedded`` mode (runs_app.runtime decides it,
+    the caller asks)."""
     if (os.geteuid() if euid is None else euid) != 0:
         return
     if settings.ALLOW_ROOT:
         log.warning("the %s process runs as root (ALLOW_ROOT=true)", process)
         return
-    if settings.EMBEDDED:
+    if embedded:
         log.warning("the %s process runs as root: %s", process, HELP)
         return
     raise ImproperlyConfigured(f"The {process} process refuses to run as root: {HELP}.")

@@ -50,17 +50,17 @@ def test_the_compose_file_does_not_run_anything_of_ours_as_root():
 
 
 def test_services_mode_refuses_root(settings):
-    settings.EMBEDDED, settings.ALLOW_ROOT = False, False
+    settings.ALLOW_ROOT = False
     with pytest.raises(ImproperlyConfigured, match="refuses to run as root"):
-        refuse_root("worker", euid=0)
-    refuse_root("worker", euid=1000)  # an unprivileged user starts
+        refuse_root("worker", embedded=False, euid=0)
+    refuse_root("worker", embedded=False, euid=1000)  # an unprivileged user starts
 
 
 def test_allow_root_and_embedded_mode_only_warn(settings, caplog):
-    settings.EMBEDDED, settings.ALLOW_ROOT = False, True
-    refuse_root("web", euid=0)
-    settings.EMBEDDED, settings.ALLOW_ROOT = True, False
-    refuse_root("web", euid=0)
+    settings.ALLOW_ROOT = True
+    refuse_root("web", embedded=False, euid=0)
+    settings.ALLOW_ROOT = False
+    refuse_root("web", embedded=True, euid=0)
     assert caplog.text.count("runs as root") == 2
 
 
