@@ -15,6 +15,12 @@ that the worktree itself contains is never used or changed (it is excluded).
 
 Every git process starts in one place, ``Snapshots._run``: with a timeout
 (``SNAPSHOT_GIT_TIMEOUT_SECONDS``), and nothing but ``SnapshotError`` ever comes out of it.
+The worktree is hostile (SEMANTICS 11.1): the runner gives git an environment of its own (no
+system or global config, no replace objects, nothing of the server's) and overrides
+(``GIT_OVERRIDES``) that switch off hooks, fsmonitor, submodules and protocols, and it leaves
+git no way to start a child git or a shell (``PATH`` and ``GIT_EXEC_PATH`` lead nowhere). A
+repository nested in the worktree is never a submodule here: its files are snapshotted as
+plain files, its ``.git`` left out (``_add_all``), so no git ever runs inside it.
 ``prune_store`` deletes the objects of the shared store that no snapshot needs any more
 (``manage.py prune_snapshots``).
 
@@ -51,6 +57,11 @@ class SnapshotError(RuntimeError):
     pass
 
 
+class MissingObjectError(SnapshotError):
+    """Git was asked for an object the store does not hold (a lost object, or an id that
+    never was one): the caller answers "not found"."""
+
+
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 OBJECT_ID = re.compile(r"[0-9a-f]{40}")
 TMP_PREFIX = ".tmp-"  # a tree object ``_write_tree_object`` is writing (git's own: tmp_obj_)
@@ -65,6 +76,31 @@ GIT_CONFIG = """[core]
 [gc]
 \tauto = 0
 """
+
+# Given on every git command line: ``-c`` wins over every config file git reads, and git hands
+# these on to any git it would start. Nothing the worktree holds is run or followed.
+GIT_OVERRIDES = (
+    f"core.hooksPath={os.devnull}",
+    "core.fsmonitor=false",
+    f"core.attributesFile={os.devnull}",
+    f"core.excludesFile={os.devnull}",
+    "diff.ignoreSubmodules=all",
+    "submodule.recurse=false",
+    "protocol.allow=never",
+    "protocol.file.allow=never",
+    "safe.bareRepository=explicit",
+    "gc.auto=0",
+    "maintenance.auto=false",
+)
+GIT_FLAGS = ("--no-replace-objects", *(a for o in GIT_OVERRIDES for a in ("-c", o)))
+# 0o160000 (a gitlink, a submodule's entry) as an index entry stores its mode: 32 bits, big-end.
+GITLINK_MODE = (0o160000).to_bytes(4, "big")
+NESTED_DEPTH_MAX = 32  # repositories nested in nested repositories, taken apart level by level
+MISSING = re.compile(
+    r"bad object|unable to read|could not read|not a valid object|missing (?:blob|tree)"
+    r"|not a tree object|invalid object",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True)
@@ -83,16 +119,25 @@ class Snapshots:
     objects: Path | None = None  # a shared object store (``git_dir/objects`` links to it)
 
     def _env(self, index: str | None = None) -> dict[str, str]:
+        """Git's whole environment: nothing of the server's (its secrets, its ``GIT_*``)."""
         env = {
-            **os.environ,
+            # No child git (a submodule's ``status``), no helper, no shell command found: git
+            # prepends its exec path to PATH, and /dev/null holds nothing anyone can add to.
+            "PATH": os.devnull,
+            "GIT_EXEC_PATH": os.devnull,
+            "LC_ALL": "C",  # git's messages as ``_check`` reads them
             "GIT_DIR": str(self.git_dir),
             "GIT_WORK_TREE": str(self.worktree),
+            "GIT_CEILING_DIRECTORIES": str(self.worktree.parent),
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_ATTR_NOSYSTEM": "1",
+            "GIT_NO_REPLACE_OBJECTS": "1",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_ALLOW_PROTOCOL": "",
             "GIT_LITERAL_PATHSPECS": "1",
             "GIT_OPTIONAL_LOCKS": "0",
         }
-        env.pop("GIT_INDEX_FILE", None)
         if index:
             env["GIT_INDEX_FILE"] = index
         return env
@@ -112,9 +157,12 @@ class Snapshots:
         snapshot, never the run's worker. Anything else (a Celery time limit, ^C) goes on up
         after the process is killed."""
         limit = settings.SNAPSHOT_GIT_TIMEOUT_SECONDS if timeout is None else timeout
+        git = shutil.which("git")  # looked up on the server's PATH: git's own PATH is empty
+        if git is None:
+            raise SnapshotError(f"git {args[0]}: git is not installed")
         try:
             proc = subprocess.Popen(
-                ["git", *args],
+                [git, *GIT_FLAGS, *args],
                 cwd=self.worktree,
                 env=self._env(index),
                 stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
@@ -149,7 +197,8 @@ class Snapshots:
         with git's own message."""
         result = self._run(args, input=input, index=index, timeout=timeout)
         if result.code != 0:
-            raise SnapshotError(f"git {args[0]}: {result.stderr or f'exit code {result.code}'}")
+            error = MissingObjectError if MISSING.search(result.stderr) else SnapshotError
+            raise error(f"git {args[0]}: {result.stderr or f'exit code {result.code}'}")
         return result.stdout
 
     def _git(self, *args: str, input: bytes | None = None, index: str | None = None) -> str:
@@ -200,18 +249,84 @@ class Snapshots:
                 ]
                 if large:
                     # Large files stay out of snapshots (reported by ``skipped``), never silently.
-                    self._git("rm", "--cached", "--quiet", "--", *large, index=index)
+                    self._git("update-index", "--force-remove", "--", *large, index=index)
                     tree = self._git("write-tree", index=index).strip()
             if index is None:
                 (self.git_dir / "last-tree").write_text(tree)
         return tree
 
     def _add_all(self, index: str | None) -> None:
-        """``git add --all``, going on past the files git refuses to index (``.GIT/config``,
-        ``git~1``, see ``git_names``): tools refuse to write those, but a shell or the user
-        may make them, and one such file must not stop every snapshot of the session (it
-        stays out, and ``skipped`` reports it). Any other failure is an error."""
-        result = self._run(["add", "--all", "--ignore-errors", "--", "."], index=index)
+        """``git add --all``, with the repositories nested in the worktree taken as plain
+        directories (rule 2.3 and 11.1).
+
+        Git's own walk records a directory holding a repository as a gitlink, and the next
+        ``add`` runs ``git status`` inside it: that repository's config, its fsmonitor, its
+        filters, all the agent's. So no gitlink is ever left in the index: one found after an
+        ``add`` is dropped and one of its files is put in its place (``_seed``); a directory
+        with a file in the index is a directory to git, whose walk then goes into it like any
+        other (its ``.git`` excluded by ``info/exclude``). Before the ``add``, an index made
+        before this rule (or read from an old tree) loses its gitlinks the same way."""
+        self._drop_gitlinks(index)
+        self._add(["."], index)
+        for _ in range(NESTED_DEPTH_MAX):
+            nested = self._drop_gitlinks(index)
+            seeds = {name: seed for name in nested if (seed := self._seed(name))}
+            if not seeds:
+                return
+            added = self._run(["update-index", "--add", "--", *seeds.values()], index=index)
+            if added.code != 0:
+                # A seed git will not take (a link swapped in on the way) leaves its directory
+                # out of this snapshot: never a gitlink in.
+                return
+            self._add(list(seeds), index)  # the rest of their files
+        self._drop_gitlinks(index)
+
+    def _drop_gitlinks(self, index: str | None) -> list[str]:
+        """Remove the index's gitlinks: their paths. Costs one read of the index file when
+        there is none (its mode bytes are not in it); git lists them when there may be."""
+        try:
+            data = Path(index or self.git_dir / "index").read_bytes()
+        except FileNotFoundError:
+            return []
+        if GITLINK_MODE not in data:
+            return []
+        out = self._git("ls-files", "--stage", "-z", index=index)
+        links = [
+            entry.partition("\t")[2]
+            for entry in out.split("\0")
+            if entry.startswith("160000 ") and "\t" in entry
+        ]
+        if links:
+            self._git("update-index", "--force-remove", "--", *links, index=index)
+        return links
+
+    def _seed(self, directory: str) -> str | None:
+        """A file (or link) of ``directory``, outside any ``.git``: the worktree path that
+        makes git take the directory as one. Found without following a link."""
+        pending = [directory]
+        while pending:
+            current = pending.pop()
+            try:
+                entries = sorted(os.scandir(self.worktree / current), key=lambda e: e.name)
+            except OSError:  # gone, or a link now: nothing to take from it
+                continue
+            for entry in entries:
+                name = f"{current}/{entry.name}"
+                if git_refuses(name):
+                    continue  # ``.git`` itself among them
+                if entry.is_symlink() or entry.is_file(follow_symlinks=False):
+                    return name
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(name)
+        return None
+
+    def _add(self, paths: Sequence[str], index: str | None) -> None:
+        """``git add --all`` of ``paths``, going on past the files git refuses to index
+        (``.GIT/config``, ``git~1``, see ``git_names``): tools refuse to write those, but a
+        shell or the user may make them, and one such file must not stop every snapshot of
+        the session (it stays out, and ``skipped`` reports it). Any other failure is an
+        error."""
+        result = self._run(["add", "--all", "--ignore-errors", "--", *paths], index=index)
         if result.code == 0:
             return
         errors = result.stderr.splitlines()
@@ -481,9 +596,14 @@ class Snapshots:
         body = b"".join(
             entries[n][0] + b" " + n + b"\0" + entries[n][1] for n in sorted(entries, key=order)
         )
-        raw = b"tree %d\0" % len(body) + body
-        sha = hashlib.sha1(raw).digest()
-        hexsha = sha.hex()
+        return bytes.fromhex(self.write_object("tree", body))
+
+    # -- the object store by id (export, import) ------------------------------------------------
+    def write_object(self, kind: str, body: bytes) -> str:
+        """Store an object (a ``tree`` or a ``blob``) as git writes a loose one: its id. One
+        the store holds already is freshened, not written again (its id is its content)."""
+        raw = b"%s %d\0" % (kind.encode("ascii"), len(body)) + body
+        hexsha = hashlib.sha1(raw).hexdigest()
         target = self.git_dir / "objects" / hexsha[:2] / hexsha[2:]
         try:
             # Already there: freshen it, as git does for the objects it would write, so that
@@ -496,7 +616,57 @@ class Snapshots:
             os.replace(scratch, target)
         except OSError:
             pass  # another user's file: freshening is a courtesy to the prune, not a need
-        return sha
+        return hexsha
+
+    def object_info(self, shas: Iterable[str]) -> list[tuple[str, str, int]]:
+        """``(id, type, size)`` of each of ``shas`` the store holds (the others left out)."""
+        shas = list(shas)
+        if not shas:
+            return []
+        self.ensure()
+        out = self._check(["cat-file", "--batch-check"], input=_lines(shas))
+        found = []
+        for line in out.decode("ascii", "replace").splitlines():
+            fields = line.split()
+            if len(fields) == 3 and fields[2].isdigit():
+                found.append((fields[0], fields[1], int(fields[2])))
+        return found
+
+    def objects_named(self, trees: Iterable[str]) -> tuple[set[str], set[str]]:
+        """Every object the trees ``trees`` (which the store holds) reach, themselves
+        included; and the ids those trees name that the store does not hold."""
+        trees = list(trees)
+        if not trees:
+            return set(), set()
+        self.ensure()
+        args = ["rev-list", "--objects", "--missing=print", "--stdin"]
+        out = self._check(args, input=_lines(trees))
+        present, missing = set(), set()
+        for line in out.splitlines():
+            if line.startswith(b"?"):
+                missing.add(line[1:41].decode("ascii", "replace"))
+            elif len(line) >= 40:
+                present.add(line[:40].decode("ascii", "replace"))
+        return present, missing
+
+    def read_objects(self, shas: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+        """``{id: (type, body)}`` of ``shas``, which the store must hold (MissingObjectError
+        otherwise)."""
+        if not shas:
+            return {}
+        self.ensure()
+        data = self._check(["cat-file", "--batch"], input=_lines(shas))
+        objects: dict[str, tuple[str, bytes]] = {}
+        offset = 0
+        for sha in shas:
+            header_end = data.index(b"\n", offset)
+            header = data[offset:header_end].split()
+            if len(header) != 3:  # "<id> missing"
+                raise MissingObjectError(f"git cat-file: {sha} is missing")
+            start, size = header_end + 1, int(header[2])
+            objects[sha] = (header[1].decode("ascii"), data[start : start + size])
+            offset = start + size + 1
+        return objects
 
     # -- diffs ----------------------------------------------------------------------------------
     def diff_stat(self, tree: str, other: str) -> list[dict]:
@@ -542,6 +712,10 @@ class Snapshots:
         args = ["diff-tree", "-r", "-p", "--no-renames", "--no-color", tree, other]
         text = self._git(*args, "--", *paths) if paths else self._git(*args)
         return text if len(text) <= limit else text[:limit] + "\n[diff truncated]\n"
+
+
+def _lines(values: Iterable[str]) -> bytes:
+    return "".join(f"{value}\n" for value in values).encode("ascii")
 
 
 def _parse_tree(body: bytes) -> dict[bytes, tuple[bytes, bytes]]:

@@ -98,7 +98,9 @@ def test_a_hanging_git_is_killed_and_raises_snapshot_error(
     tree = snap.track()
     pids = tmp_path / "pids"
     # It and a child of its own hang; both must be gone when the call returns.
-    fake_git(tmp_path, monkeypatch, f"echo $$ >> {pids}\nsleep 20 &\necho $! >> {pids}\nwait")
+    # Git's own PATH leads nowhere (no child git, no shell command): the sleep by its path.
+    sleep = shutil.which("sleep")
+    fake_git(tmp_path, monkeypatch, f"echo $$ >> {pids}\n{sleep} 20 &\necho $! >> {pids}\nwait")
     settings.SNAPSHOT_GIT_TIMEOUT_SECONDS = 0.5
     started = time.monotonic()
     with pytest.raises(SnapshotError, match="no answer after 0.5s"):
@@ -118,7 +120,8 @@ def test_a_failing_cat_file_batch_raises_snapshot_error(snap, tmp_path, monkeypa
     fake_git(
         tmp_path,
         monkeypatch,
-        'if [ "$1" = cat-file ] && [ "$2" = --batch ]; then echo "fatal: broken" >&2; exit 128; fi',
+        # The runner's own flags come first: the command is found among the arguments.
+        'case "$* " in *" cat-file --batch "*) echo "fatal: broken" >&2; exit 128;; esac',
     )
     with pytest.raises(SnapshotError, match="git cat-file: fatal: broken"):
         snap.checkout(tree, ["a.txt"])

@@ -333,53 +333,16 @@ def history_objects(
     roots = roots - {snapshots.EMPTY_TREE}
     if not roots:
         return {}, []
-    snap.ensure()
-    present = [sha for sha, kind, _size in _object_sizes(snap, sorted(roots)) if kind == "tree"]
-    missing = roots - set(present)
-    if not present:
-        return {}, sorted(missing)
-    listing = _git(snap, ["rev-list", "--objects", "--missing=print", "--stdin"], present)
-    reachable = set()
-    for line in listing.splitlines():
-        if line.startswith(b"?"):
-            missing.add(line[1:41].decode())
-        elif len(line) >= 40:
-            reachable.add(line[:40].decode())
+    present = [sha for sha, kind, _size in snap.object_info(sorted(roots)) if kind == "tree"]
+    reachable, missing = snap.objects_named(present)
+    missing |= roots - set(present)
     wanted = [
         (sha, kind, size)
-        for sha, kind, size in _object_sizes(snap, sorted(reachable))
+        for sha, kind, size in snap.object_info(sorted(reachable))
         if kind in ("tree", "blob") and not (kind == "blob" and sha in known_blobs)
     ]
     _check_budget(sum(size for _sha, _kind, size in wanted), budget)
-    if not wanted:
-        return {}, sorted(missing)
-    data = _git(snap, ["cat-file", "--batch"], [sha for sha, _kind, _size in wanted])
-    objects: dict[str, tuple[str, bytes]] = {}
-    offset = 0
-    for sha, kind, size in wanted:
-        header_end = data.index(b"\n", offset)
-        start = header_end + 1
-        objects[sha] = (kind, data[start : start + size])
-        offset = start + size + 1
-    return objects, sorted(missing)
-
-
-def _object_sizes(snap: snapshots.Snapshots, shas: list[str]) -> list[tuple[str, str, int]]:
-    """``(id, type, size)`` of each of ``shas`` the store has."""
-    if not shas:
-        return []
-    out = _git(snap, ["cat-file", "--batch-check"], shas)
-    found = []
-    for line in out.decode().splitlines():
-        fields = line.split()
-        if len(fields) == 3 and fields[2].isdigit():
-            found.append((fields[0], fields[1], int(fields[2])))
-    return found
-
-
-def _git(snap: snapshots.Snapshots, args: list[str], lines: list[str]) -> bytes:
-    # Through the snapshots' one git runner (its timeout, its SnapshotError).
-    return snap._check(args, input="".join(f"{line}\n" for line in lines).encode())
+    return snap.read_objects([sha for sha, _kind, _size in wanted]), sorted(missing)
 
 
 # -- Markdown -----------------------------------------------------------------------------------

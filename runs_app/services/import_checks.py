@@ -75,6 +75,7 @@ class ImportPlan:
     files: list[ImportFile]
     objects: list[ImportObject]  # the snapshot objects, and the file blobs trees name
     source: dict[str, Any] = field(default_factory=dict)  # what the history event records
+    missing: set[str] = field(default_factory=set)  # ids named, not carried (``missing_objects``)
 
 
 SESSION = {
@@ -180,6 +181,7 @@ def check_import(document: Any) -> ImportPlan:
             "forked_from_message_id": session["forked_from_message_id"],
             "exported_at": top["exported_at"],
         },
+        missing=missing,
     )
 
 

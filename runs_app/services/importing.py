@@ -8,6 +8,12 @@ still inside it, the files, as a fork does: the snapshot objects go into the sha
 continue work on the copy), the files into the new worktree, and the worktree is tracked.
 If anything fails, no row remains and the worktree and git dir are removed.
 
+The store is shared by every user, so an import carries every object it names: the only ids
+it may name without their content (``missing_objects``, the objects the source's store had
+lost) are ids the session it was exported from names too, when that session is the
+importer's own. Otherwise a made-up document could name another user's file by the hash of
+a guess and read it back through a diff.
+
 New ids come from ``ids`` in the originals' order (ids sort by creation), so every list
 ordered by id reads as it did. Links are mapped inside the copy; a continue's branch record
 keeps the links it can map and drops those to messages a cleanup had deleted. Runs that had
@@ -22,8 +28,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import zlib
-from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -31,12 +35,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from sessions_app import ids, models_catalog, snapshots
+from sessions_app.errors import InvalidInput
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.services.sessions import check_session_quota
 
 from ..models import Run, run_id
+from .export import snapshot_names
 from .import_checks import ImportPlan, check_import
-from .import_files import ImportObject
 
 BATCH = 1000
 UNFINISHED = {Run.Status.PENDING, Run.Status.RUNNING, Run.Status.REQUIRES_ACTION}
@@ -46,6 +51,7 @@ def import_session(*, user, document: Any) -> Session:  # noqa: ANN001
     """A new session of ``user`` from ``document`` (InvalidInput, 400, for anything wrong in
     it; QuotaExceeded, 429, past ``SESSIONS_PER_USER_MAX``)."""
     plan = check_import(document)
+    _check_missing_objects(user, plan)
     message_ids = {m["id"]: ids.message_id() for m in plan.messages}
     run_ids = {r["id"]: run_id() for r in plan.runs}
     session = _session(user, plan, message_ids)
@@ -211,14 +217,38 @@ def _branch(
     return branch
 
 
+def _check_missing_objects(user, plan: ImportPlan) -> None:  # noqa: ANN001
+    """InvalidInput unless every id the document names without carrying it is named by the
+    snapshots of the session it was exported from, one of ``user``'s (an export of a session
+    whose store had lost objects imports back; nobody else's objects can be named)."""
+    if not plan.missing:
+        return
+    source = Session.objects.filter(id=plan.source["source_session_id"], owner=user).first()
+    named: set[str] = set()
+    if source is not None:
+        parts = list(Part.objects.filter(session_id=source.id).only("data"))
+        runs = list(Run.objects.filter(session=source).only("branch"))
+        roots = snapshot_names(source, parts, runs)
+        snap = snapshots.for_session(source)
+        held = [sha for sha, kind, _size in snap.object_info(sorted(roots)) if kind == "tree"]
+        reachable, lost = snap.objects_named(held)
+        named = roots | reachable | lost
+    stray = sorted(plan.missing - named)
+    if stray:
+        raise InvalidInput(
+            f"missing_objects: the export lacks the object {stray[0]}, and no snapshot of the"
+            " session it was exported from (one of yours) names it. An import carries every"
+            " object it names."
+        )
+
+
 # -- the files ----------------------------------------------------------------------------------
 def _write_files(snap: snapshots.Snapshots, plan: ImportPlan) -> str:
     """The snapshot objects into the store, the files into the (new, empty) worktree; the
     worktree's tree."""
     snap.ensure()
-    objects = snap.git_dir / "objects"
     for item in plan.objects:
-        _write_object(objects, item)
+        snap.write_object(item.type, item.body)  # its id is checked: the hash of its content
     root = snap.worktree
     for file in plan.files:
         target = root / file.path
@@ -230,16 +260,3 @@ def _write_files(snap: snapshots.Snapshots, plan: ImportPlan) -> str:
             fh.write(file.content)
         os.chmod(target, 0o755 if file.executable else 0o644)
     return snap.track()
-
-
-def _write_object(objects: Path, item: ImportObject) -> None:
-    """A loose object, as git writes one; one the store has already is left as it is (git's
-    rule: an object's id is its content)."""
-    target = objects / item.id[:2] / item.id[2:]
-    if target.exists():
-        return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    raw = b"%s %d\0" % (item.type.encode(), len(item.body)) + item.body
-    scratch = target.with_name(f"{snapshots.TMP_PREFIX}{os.getpid()}-{item.id[2:]}")
-    scratch.write_bytes(zlib.compress(raw))
-    os.replace(scratch, target)

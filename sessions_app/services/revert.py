@@ -24,7 +24,7 @@ from .. import events, snapshots
 from ..errors import InvalidInput, NotFoundError, SessionBusyError
 from ..models import HistoryEvent, Message, Part, Session
 from ..selectors import active_path, session_data
-from ..tools_paths import plain_relative
+from ..worktree_files import plain_relative
 from . import lock
 
 log = logging.getLogger(__name__)
@@ -391,8 +391,19 @@ def path_start(path: list[Message]) -> str | None:
 
 def session_diff(*, session: Session, message_id: str | None = None) -> list[dict]:
     """Files changed in the whole session (first snapshot → now) or in one turn."""
-    span = _diff_range(session, message_id)
-    return snapshots.for_session(session).diff_stat(*span) if span else []
+    with _objects_found():
+        span = _diff_range(session, message_id)
+        return snapshots.for_session(session).diff_stat(*span) if span else []
+
+
+@contextmanager
+def _objects_found() -> Iterator[None]:
+    """A diff that needs an object the store does not hold (lost, or never there) is a 404,
+    whatever the object: not a 500, and not an answer that tells which ids exist."""
+    try:
+        yield
+    except snapshots.MissingObjectError:
+        raise NotFoundError("This diff needs snapshot content that is not in the store.") from None
 
 
 def changes_summary(snap: snapshots.Snapshots, start: str | None, now: str) -> dict[str, int]:
@@ -411,6 +422,7 @@ def session_file_diff(*, session: Session, file: str, message_id: str | None = N
         plain_relative(file)
     except ValueError as exc:
         raise InvalidInput(f"file: {exc}") from exc
-    span = _diff_range(session, message_id)
-    text = snapshots.for_session(session).diff_text(*span, paths=[file]) if span else ""
+    with _objects_found():
+        span = _diff_range(session, message_id)
+        text = snapshots.for_session(session).diff_text(*span, paths=[file]) if span else ""
     return {"file": file, "patch": text}
