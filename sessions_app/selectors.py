@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, BinaryIO
 
 from django.conf import settings
 
-from . import permissions
+from . import permissions, worktree_files
 from .errors import InvalidInput, NotFoundError
 from .models import Message, Part, Session
-from .tools_paths import resolve_inside
 
 
 def session_for_user(user, session_id: str) -> Session:  # noqa: ANN001
@@ -110,37 +109,24 @@ def all_messages(session: Session) -> list[Message]:
 
 def worktree_entry(session: Session, path: str) -> list[dict[str, Any]] | BinaryIO:
     """``path`` in the session's worktree: a directory as the list of the files under it
-    (``.git`` aside; at most ``API_FILES_MAX`` entries), a file opened for reading (the
-    caller streams and closes it). InvalidInput for a path that leaves the worktree or is too
-    long; NotFoundError when there is nothing there."""
+    (``.git`` aside; at most ``API_FILES_MAX`` entries), a regular file opened for reading
+    (the caller streams and closes it). Opened by descriptor, no link followed, no FIFO
+    waited on (``worktree_files``). InvalidInput for a path that leaves the worktree, is too
+    long, goes through a link or names a FIFO, socket or device; NotFoundError when there is
+    nothing there."""
     root = session.worktree
     try:
-        target = resolve_inside(root, path)
-    except ValueError as exc:
+        parts = worktree_files.parts_of(root, path)
+        fd, found = worktree_files.open_entry(root, parts)
+    except worktree_files.PathRefused as exc:
         raise InvalidInput(str(exc)) from exc
-    if target.is_dir():
-        return _listing(root, target)
-    if not target.is_file():
-        raise NotFoundError("No such file.")
-    return open(target, "rb")  # noqa: SIM115 - a FileResponse streams and closes it
-
-
-def _listing(root: Path, target: Path) -> list[dict[str, Any]]:
-    entries: list[dict[str, Any]] = []
-    stack = [target]
-    while stack and len(entries) < settings.API_FILES_MAX:
-        with os.scandir(stack.pop()) as found:
-            for entry in sorted(found, key=lambda e: e.name, reverse=True):
-                if entry.name == ".git":
-                    continue
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                    continue
-                # lstat: a dangling or outward link is listed as the link it is.
-                size = entry.stat(follow_symlinks=False).st_size
-                rel = Path(entry.path).relative_to(root).as_posix()
-                entries.append({"path": rel, "size": size})
-    return sorted(entries, key=lambda e: e["path"])[: settings.API_FILES_MAX]
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        raise NotFoundError("No such file.") from exc
+    except PermissionError as exc:
+        raise InvalidInput("The file cannot be read (its permissions refuse it).") from exc
+    if not stat.S_ISDIR(found.st_mode):
+        return os.fdopen(fd, "rb")  # a FileResponse streams and closes it
+    return worktree_files.list_tree(root, parts, limit=settings.API_FILES_MAX, opened=fd)
 
 
 def fork_point(source: Session, message_id: str | None) -> str | None:

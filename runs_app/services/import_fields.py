@@ -16,7 +16,7 @@ from django.utils.dateparse import parse_datetime
 from sessions_app import permissions
 from sessions_app.errors import InvalidInput
 from sessions_app.git_names import refused_component
-from sessions_app.tools_paths import plain_relative
+from sessions_app.worktree_files import plain_relative
 
 INT_MAX = 2**31 - 1  # an integer column
 TREE_ID = re.compile(r"[0-9a-f]{40}")

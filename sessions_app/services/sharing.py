@@ -26,7 +26,7 @@ from ..selectors import (
     message_page,
     path_ids,
 )
-from ..tools_paths import PATH_MAX
+from ..worktree_files import PATH_MAX
 
 
 def share_session(
