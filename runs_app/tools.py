@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
+from sessions_app import worktree_files
 from sessions_app.git_names import git_refuses
-from sessions_app.tools_paths import PATH_MAX, check_lengths
 
 from . import sandbox
 from .sandbox import worktree_bytes
@@ -45,6 +46,10 @@ class ToolContext:
     # The worktree's size bound, from the owner's quota (``worktree_bytes``; 0: unlimited);
     # None: the deployment's ``WORKTREE_MAX_BYTES``.
     tree_limit: int | None = None
+    # The session's snapshots (``sessions_app.snapshots.Snapshots``), given by the loop, which
+    # holds the session's lock: ``shell`` snapshots the worktree before each command and puts
+    # it back when the command goes over the worktree's limits. None: not put back.
+    snapshots: sandbox.SnapshotsLike | None = None
 
     @property
     def worktree_limit(self) -> int:
@@ -86,8 +91,11 @@ class Tool:
         return await self.afn(ctx, args)
 
 
-def resolve(worktree: Path, relative: Any, *, allow_root: bool = False) -> Path:
-    """The path inside ``worktree``; refuses absolute paths, ``..`` and symlinks leading out."""
+def resolve(worktree: Path, relative: Any, *, allow_root: bool = False) -> tuple[str, ...]:
+    """The components of ``relative`` in ``worktree``, checked by name: ToolError for
+    absolute paths, ``~``, ``..``, ``.git``, names git refuses and over-long names. What is on
+    disk is checked where it is opened (``worktree_files``: by descriptor, one component at a
+    time, never through a link)."""
     if not isinstance(relative, str) or (not relative.strip() and not allow_root):
         raise ToolError("A path is required.")
     relative = relative.strip() or "."
@@ -95,32 +103,41 @@ def resolve(worktree: Path, relative: Any, *, allow_root: bool = False) -> Path:
         raise ToolError("Invalid path.")
     if os.path.isabs(relative) or relative.startswith("~"):
         raise ToolError(f"Path escapes the worktree: {relative} (absolute paths are refused).")
-    parts = Path(relative).parts
-    if ".." in parts:
+    if ".." in relative.split("/"):
         raise ToolError(f"Path escapes the worktree: {relative} ('..' is refused).")
+    try:
+        # Over-long names would reach the filesystem as ENAMETOOLONG, an OSError, not a
+        # tool error the model can read and correct.
+        parts = worktree_files.parts_of(worktree, relative)
+    except worktree_files.PathRefused as exc:
+        raise ToolError(f"Invalid path: {exc}") from exc
     if any(part == ".git" for part in parts):
         raise ToolError(f"Path {relative} is inside .git, which tools do not touch.")
     if parts and git_refuses("/".join(parts)):
         # Snapshots are git trees: a name git refuses would never be recorded, and names
         # such as .GIT or git~1 are how attacks on git reach its own directory.
         raise ToolError(f"Path {relative} is a name git refuses (a form of .git); pick another.")
-    try:
-        # Over-long names would reach the filesystem as ENAMETOOLONG, an OSError, not a
-        # tool error the model can read and correct.
-        check_lengths(parts)
-    except ValueError as exc:
-        raise ToolError(f"Invalid path: {exc}") from exc
-    root = worktree.resolve()
-    target = root.joinpath(*parts) if parts else root
-    if len(os.fsencode(str(target))) >= PATH_MAX:
-        raise ToolError(f"Invalid path: it is longer than {PATH_MAX - 1} bytes.")
-    # Follow every symlink on the way; the real location must stay inside the worktree.
-    real = Path(os.path.realpath(target))
-    if real != root and root not in real.parents:
-        raise ToolError(f"Path escapes the worktree: {relative} (a symlink leads outside).")
-    if target == root and not allow_root:
+    if not parts and not allow_root:
         raise ToolError("A file path is required.")
-    return target
+    return parts
+
+
+@contextmanager
+def _on_disk(relative: Any, doing: str) -> Iterator[None]:
+    """What ``worktree_files`` refuses, and what the kernel answers, as tool errors the model
+    reads and can correct."""
+    try:
+        yield
+    except worktree_files.PathRefused as exc:
+        if exc.reason == "link":
+            raise ToolError(
+                f"Path {relative} goes through a symlink; file tools do not follow links."
+            ) from exc
+        if exc.reason == "special":
+            raise ToolError(f"{relative} is a FIFO, socket or device, not a file.") from exc
+        raise ToolError(f"Invalid path: {exc}") from exc
+    except OSError as exc:
+        raise ToolError(f"Cannot {doing} {relative}: {exc.strerror}.") from exc
 
 
 def _text_arg(args: dict[str, Any], name: str) -> str:
@@ -130,39 +147,54 @@ def _text_arg(args: dict[str, Any], name: str) -> str:
     return value
 
 
+READ_MAX = 1_000_000
+
+
 def _read(ctx: ToolContext, args: dict[str, Any]) -> str:
-    path = resolve(ctx.worktree, args.get("path"))
-    if not path.is_file():
-        raise ToolError(f"No such file: {args.get('path')}")
-    data = path.read_bytes()
-    if len(data) > 1_000_000:
+    parts = resolve(ctx.worktree, args.get("path"))
+    with _on_disk(args.get("path"), "read"):
+        try:
+            _size, data = worktree_files.read_file(ctx.worktree, parts, limit=READ_MAX)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+            raise ToolError(f"No such file: {args.get('path')}") from exc
+    if data is None:
         raise ToolError("File is larger than 1 MB.")
     return data.decode("utf-8", errors="replace")
 
 
+def current_text(worktree: Path, relative: Any, *, limit: int) -> tuple[int, str]:
+    """What a write, append or delete of ``relative`` would replace (the approval card's
+    diff): the file's size and its text, "" when it holds more than ``limit`` bytes or is not
+    there. ToolError as the tools refuse."""
+    parts = resolve(worktree, relative)
+    with _on_disk(relative, "read"):
+        try:
+            size, data = worktree_files.read_file(worktree, parts, limit=limit)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return 0, ""
+    return size, data.decode("utf-8", errors="replace") if data is not None else ""
+
+
 def _list(ctx: ToolContext, args: dict[str, Any]) -> str:
-    path = resolve(ctx.worktree, args.get("path", "") or "", allow_root=True)
-    if not path.is_dir():
-        raise ToolError(f"No such directory: {args.get('path') or '.'}")
-    entries = []
-    for child in sorted(path.iterdir()):
-        if child.name == ".git":
-            continue
-        entries.append(child.name + ("/" if child.is_dir() else ""))
-    return "\n".join(entries)
+    parts = resolve(ctx.worktree, args.get("path", "") or "", allow_root=True)
+    with _on_disk(args.get("path") or ".", "list"):
+        try:
+            entries = worktree_files.list_dir(ctx.worktree, parts)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise ToolError(f"No such directory: {args.get('path') or '.'}") from exc
+    return "\n".join(name + ("/" if is_dir else "") for name, is_dir in entries)
 
 
-def _check_room(ctx: ToolContext, path: Path, size: int) -> None:
-    """Refuse a write that would make the file or the worktree larger than the deployment
-    allows (``WORKTREE_MAX_FILE_BYTES``, the owner's ``worktree_bytes``): a tool error the model
-    reads, before anything is written."""
+def _check_room(ctx: ToolContext, name: str, old: int, size: int) -> None:
+    """Refuse a write that would make the file ``name`` (``old`` bytes now) ``size`` bytes,
+    or the worktree larger than the deployment allows (``WORKTREE_MAX_FILE_BYTES``, the
+    owner's ``worktree_bytes``): a tool error the model reads, before anything is written."""
     file_limit, tree_limit = settings.WORKTREE_MAX_FILE_BYTES, ctx.worktree_limit
     if file_limit and size > file_limit:
         raise ToolError(
-            f"{path.name} would be {size:,} bytes; a file may hold at most {file_limit:,} bytes."
+            f"{name} would be {size:,} bytes; a file may hold at most {file_limit:,} bytes."
         )
     if tree_limit:
-        old = path.stat().st_size if path.is_file() else 0
         total = worktree_bytes(ctx.worktree) - old + size
         if total > tree_limit:
             raise ToolError(
@@ -171,47 +203,51 @@ def _check_room(ctx: ToolContext, path: Path, size: int) -> None:
             )
 
 
-def _write_file(path: Path, content: str, *, append: bool) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # O_NOFOLLOW: never write through a symlink swapped in after the check.
-    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
-    try:
-        fd = os.open(path, flags, 0o644)
-    except OSError as exc:
-        raise ToolError(f"Cannot write {path.name}: {exc.strerror}.") from exc
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-        fh.write(content)
+def _write_file(ctx: ToolContext, args: dict[str, Any], content: str, *, append: bool) -> int:
+    """Write (or append) ``content`` to the file ``args["path"]``, its parent directories
+    made if need be, never through a link (``worktree_files.open_for_write``): the bytes
+    written."""
+    relative = args.get("path")
+    parts = resolve(ctx.worktree, relative)
+    data = content.encode()
+    with _on_disk(relative, "write"):
+        try:
+            old = worktree_files.size_of(ctx.worktree, parts)
+        except IsADirectoryError as exc:
+            raise ToolError(f"{relative} is a directory.") from exc
+        _check_room(ctx, parts[-1], old, old + len(data) if append else len(data))
+        try:
+            fd = worktree_files.open_for_write(ctx.worktree, parts, append=append)
+        except IsADirectoryError as exc:
+            raise ToolError(f"{relative} is a directory.") from exc
+        with os.fdopen(fd, "wb") as fh:
+            if not append:
+                # Truncated only now: fstat has shown it to be the worktree's own file.
+                fh.truncate(0)
+            fh.write(data)
+    return len(data)
 
 
 def _write(ctx: ToolContext, args: dict[str, Any]) -> str:
-    path = resolve(ctx.worktree, args.get("path"))
-    content = _text_arg(args, "content")
-    if path.is_dir():
-        raise ToolError(f"{args.get('path')} is a directory.")
-    _check_room(ctx, path, len(content.encode()))
-    _write_file(path, content, append=False)
-    return f"Wrote {len(content.encode())} bytes to {args.get('path')}."
+    written = _write_file(ctx, args, _text_arg(args, "content"), append=False)
+    return f"Wrote {written} bytes to {args.get('path')}."
 
 
 def _append(ctx: ToolContext, args: dict[str, Any]) -> str:
-    path = resolve(ctx.worktree, args.get("path"))
-    content = _text_arg(args, "content")
-    if path.is_dir():
-        raise ToolError(f"{args.get('path')} is a directory.")
-    old = path.stat().st_size if path.is_file() else 0
-    _check_room(ctx, path, old + len(content.encode()) + 1)
-    _write_file(path, content + "\n", append=True)
-    return f"Appended {len(content.encode()) + 1} bytes to {args.get('path')}."
+    written = _write_file(ctx, args, _text_arg(args, "content") + "\n", append=True)
+    return f"Appended {written} bytes to {args.get('path')}."
 
 
 def _delete(ctx: ToolContext, args: dict[str, Any]) -> str:
-    path = resolve(ctx.worktree, args.get("path"))
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-        return f"Deleted {args.get('path')}."
-    if path.is_dir():
-        raise ToolError(f"{args.get('path')} is a directory.")
-    raise ToolError(f"No such file: {args.get('path')}")
+    parts = resolve(ctx.worktree, args.get("path"))
+    with _on_disk(args.get("path"), "delete"):
+        try:
+            worktree_files.delete_file(ctx.worktree, parts)
+        except IsADirectoryError as exc:
+            raise ToolError(f"{args.get('path')} is a directory.") from exc
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise ToolError(f"No such file: {args.get('path')}") from exc
+    return f"Deleted {args.get('path')}."
 
 
 def _wait_seconds(args: dict[str, Any]) -> float:
@@ -251,6 +287,9 @@ async def _ashell(ctx: ToolContext, args: dict[str, Any]) -> str:
         raise ToolError("A command is required.")
     if len(command) > 100_000:
         raise ToolError("The command is longer than 100,000 characters.")
+    undo = None
+    if ctx.snapshots is not None:
+        undo = await asyncio.to_thread(sandbox.Undo.record, ctx.worktree, ctx.snapshots)
     outcome = await sandbox.run(
         ctx.worktree,
         command,
@@ -268,9 +307,32 @@ async def _ashell(ctx: ToolContext, args: dict[str, Any]) -> str:
             f"Command timed out after {settings.AGENT_SHELL_TIMEOUT:g} seconds and was killed.\n"
             + out
         )
-    if outcome.stopped == "worktree-size":
+    if outcome.stopped == "memory":
         raise ToolError(
-            f"Command killed: the worktree grew past {ctx.worktree_limit:,} bytes.\n" + out
+            f"Command killed: its processes together used more than "
+            f"{settings.AGENT_SHELL_MEMORY_BYTES:,} bytes of memory (/tmp and /dev/shm "
+            "included).\n" + out
+        )
+    if outcome.stopped == "worktree-size":
+        done = "What it wrote is still there."
+        if undo is not None:
+            try:
+                left = await asyncio.to_thread(undo.apply)
+            except (RuntimeError, OSError) as exc:  # SnapshotError is a RuntimeError
+                done = f"Putting the worktree back failed: {exc}"
+            else:
+                done = "The worktree was restored to what it was before the command."
+                if left:
+                    done = done[:-1] + (
+                        f", but for {len(left)} path(s) that snapshots do not hold:"
+                        f" {', '.join(left[:5])}."
+                    )
+        limits = [f"{ctx.worktree_limit:,} bytes"] if ctx.worktree_limit else []
+        if settings.WORKTREE_MAX_ENTRIES:
+            limits.append(f"{settings.WORKTREE_MAX_ENTRIES:,} files and directories")
+        raise ToolError(
+            f"Command killed: the worktree grew past its limit ({' or '.join(limits)})."
+            f" {done}\n" + out
         )
     if outcome.exit_code != 0:
         raise ToolError(f"Exit status {outcome.exit_code}.\n{out}")
