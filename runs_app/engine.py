@@ -21,7 +21,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-import jsonschema
 from django.conf import settings
 from django.db import (
     InterfaceError,
@@ -39,14 +38,21 @@ from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, part_data, session_data
 from sessions_app.services.revert import changes_summary, cleanup_session, path_start
 
-from . import compaction, lifecycle, sandbox
-from .checkpoint import Checkpointer
+from . import compaction, lifecycle, output_schema, sandbox
+from .checkpoint import Checkpointer, storable
 from .control import RunControl, RunHostLike
 from .models import Run
 from .providers import ProviderError, get_provider
 from .providers.base import Finish, ReasoningDelta, StructuredOutput, TextDelta, ToolCall
 from .selectors import run_data
-from .tools import TOOLS, ToolContext, ToolError, ToolInterrupted, available_tools, resolve
+from .tools import (
+    TOOLS,
+    ToolContext,
+    ToolError,
+    ToolInterrupted,
+    available_tools,
+    current_text,
+)
 from .transcript import model_messages
 
 log = logging.getLogger(__name__)
@@ -771,6 +777,9 @@ class AgentLoop:
                 tree_limit=self.limits.worktree_bytes or 0,
                 should_abort=self.aborted,
                 output=self.tool_output(part),
+                # The loop holds the session's lock: a shell command over the worktree's
+                # limits is undone from a snapshot taken just before it (SEMANTICS 11.7).
+                snapshots=self.snap,
             )
             args = state.get("input") or {}
             if tool.afn is not None:
@@ -922,31 +931,22 @@ class AgentLoop:
             )
             try:
                 run.output = json.loads(text) if text.strip() else None
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # not JSON, too many digits, too deep
                 run.output = None
         if run.output is None:
             return {
                 "type": "StructuredOutputError",
                 "message": "The model returned no structured output for output_schema.",
             }
-        try:
-            jsonschema.validate(run.output, run.output_schema)
-        except jsonschema.ValidationError as exc:
-            return {
-                "type": "StructuredOutputError",
-                "message": f"The structured output does not match output_schema: {exc.message}",
-            }
-        except jsonschema.SchemaError as exc:
-            return {
-                "type": "StructuredOutputError",
-                "message": f"Invalid output_schema: {exc.message}",
-            }
-        return None
+        # Bounded in time, RE2 patterns, never raises (output_schema.py): user input both.
+        message = output_schema.mismatch(run.output, run.output_schema)
+        return {"type": "StructuredOutputError", "message": message} if message else None
 
     async def finish(self, status: str, error: dict | None) -> None:
         run = self.run
         if status == Run.Status.COMPLETED and run.output_schema:
-            error = self.structured_error()
+            # Up to output_schema.MAX_SECONDS of Python: off the loop the other runs share.
+            error = await asyncio.to_thread(self.structured_error)
             if error:
                 status = Run.Status.ERROR
         run.status, run.error = status, error
@@ -958,6 +958,8 @@ class AgentLoop:
 
     def _record_end(self) -> None:
         self.writer.flush()
+        # The model's structured output and an error's sentence are data too (11.5).
+        self.run.output, self.run.error = storable(self.run.output), storable(self.run.error)
         lifecycle.finish(self.run, usage_added=self.usage_added())
 
 
@@ -1008,15 +1010,14 @@ def approval_preview(worktree: Any, tool: str, args: Any) -> str:
     path = args.get("path")
     content = args.get("content") if isinstance(args.get("content"), str) else ""
     try:
-        target = resolve(worktree, path)
-        size = target.stat().st_size if target.is_file() else 0
+        # Read as the tools read: by descriptor, never through a link (worktree_files).
+        size, old = current_text(worktree, path, limit=PREVIEW_DIFF_BYTES)
         if size > PREVIEW_DIFF_BYTES or len(content) > PREVIEW_DIFF_BYTES:
             # A diff of megabytes would take long to make and nobody reads it in a card.
             return (
                 f"{tool} {path}: {size:,} bytes now, {len(content):,} bytes given"
                 " (too large to show as a diff)"
             )
-        old = target.read_text(errors="replace") if size else ""
     except (ToolError, OSError):
         return f"{tool} {path!r}"[:PREVIEW_MAX]
     new = {"write": content, "append": old + content + "\n", "delete": ""}[tool]

@@ -102,10 +102,56 @@ def test_always_allows_and_adds_a_rule_for_that_exact_argument(api):
     approve(api, run["id"], run["required_action"]["tool_calls"][0]["part_id"], "always")
     assert settled(api, run["id"])["status"] == "completed"
     rules = api.get(f"/api/sessions/{sid}/").json()["permissions"]
-    assert rules == {"write": {"**": "ask", "a.txt": "allow"}}
+    assert rules == {"write": {"**": "ask", "exact": {"a.txt": "allow"}}}
     run_turn(api, sid, "write a.txt 2")  # no question this time
+    run_turn(api, sid, "write ./a.txt 2")  # the same file
     again = run_turn(api, sid, "write b.txt 3", status="requires_action")
     assert again["required_action"]["tool_calls"][0]["input"]["path"] == "b.txt"
+    # What the API shows is what it takes back.
+    patch = api.patch(f"/api/sessions/{sid}/", {"permissions": rules}, format="json")
+    assert patch.status_code == 200 and patch.json()["permissions"] == rules
+
+
+def test_always_allows_that_very_command_not_a_pattern_made_of_it(api):
+    # Security review finding 9: the approved argument was stored as a glob, so ``*.txt``
+    # in an approved command allowed any command between ``ls `` and ``.txt``.
+    sid = new_session(api, permissions={"shell": "ask"})
+    run = run_turn(api, sid, "shell ls *.txt", status="requires_action")
+    approve(api, run["id"], run["required_action"]["tool_calls"][0]["part_id"], "always")
+    assert settled(api, run["id"])["status"] == "completed"
+    rules = api.get(f"/api/sessions/{sid}/").json()["permissions"]
+    assert rules == {"shell": {"**": "ask", "exact": {"ls *.txt": "allow"}}}
+    run_turn(api, sid, "shell ls *.txt")  # the approved call: not asked again
+    injected = "ls *.txt; echo INJECTED > owned; echo .txt"
+    again = run_turn(api, sid, f"shell {injected}", status="requires_action")
+    (call,) = again["required_action"]["tool_calls"]
+    assert call["input"] == {"command": injected}
+    in_force = permissions.in_force(rules)
+    assert permissions.decide(in_force, "shell", {"command": "ls a.txt"}) == "ask"
+
+
+def test_exact_rules_are_strings_and_old_pattern_rules_still_work(settings):
+    rules = permissions.with_exact_allow({"write": {"src/*": "ask"}}, "write", {"path": "./a*.txt"})
+    assert rules == {"write": {"src/*": "ask", "exact": {"a*.txt": "allow"}}}
+    assert permissions.validate(rules) == rules
+    decide = permissions.decide
+    assert decide(rules, "write", {"path": "a*.txt"}) == "allow"
+    assert decide({"write": {"**": "ask", **rules["write"]}}, "write", {"path": "ab.txt"}) == "ask"
+    # A rule stored before exact rules existed is a pattern, as it was.
+    old = {"write": {"**": "ask", "a.txt": "allow", "exact": "deny"}}
+    assert permissions.validate(old) == old
+    assert decide(old, "write", {"path": "a.txt"}) == "allow"
+    assert decide(old, "write", {"path": "exact"}) == "deny"
+    kept = permissions.with_exact_allow(old, "write", {"path": "b.txt"})
+    assert kept["write"]["exact"] == {"exact": "deny", "b.txt": "allow"}
+    # Exact rules of the defaults and of the session add up; the session's win.
+    settings.AGENT_PERMISSIONS = '{"write": {"exact": {"d.txt": "deny", "a*.txt": "deny"}}}'
+    merged = permissions.in_force(rules)
+    assert merged["write"]["exact"] == {"d.txt": "deny", "a*.txt": "allow"}
+    with pytest.raises(ValueError, match="must be allow, ask or deny"):
+        permissions.validate({"write": {"exact": {"a": "sometimes"}}})
+    with pytest.raises(ValueError, match="at most 1000"):
+        permissions.with_exact_allow({}, "shell", {"command": "x" * 1001})
 
 
 def test_deny_rules_end_the_call_without_asking(api):

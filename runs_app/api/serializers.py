@@ -30,6 +30,7 @@ from sessions_app.api.serializers import (
 )
 from sessions_app.models import Message, Part
 
+from .. import output_schema
 from ..lifecycle import STRATEGIES
 from ..models import Run
 
@@ -188,6 +189,16 @@ class RunIn(In):
         message=CHECKPOINT_MESSAGE,
         help_text="This run's checkpoint mode; empty: the session's.",
     )
+
+    def validate_output_schema(self, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        # A pattern RE2 refuses, a $ref loop, a schema too large or too deep: refused here
+        # rather than failing (or stalling) the run at its end.
+        if value is not None:
+            try:
+                output_schema.check(value)
+            except output_schema.InvalidSchema as exc:
+                raise refuse(str(exc)) from exc
+        return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs["mode"] == Run.Mode.RESUME and attrs["messages"]:
