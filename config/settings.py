@@ -198,16 +198,21 @@ AUTH_PASSWORD_VALIDATORS = [
 ]
 
 # Failed logins (the login form, the admin's, POST /api/auth/token/) are counted per username
-# and per client address, independently: LOGIN_FAILURE_LIMIT failures of either within
-# LOGIN_COOLOFF_MINUTES lock it (429) until they are that old. A success forgets that
-# username's failures from that address. sessions_app/login_throttle.py has the details.
+# from each client address, and per address: LOGIN_FAILURE_LIMIT failures of one username from
+# one address within LOGIN_COOLOFF_MINUTES lock that username from that address only (429)
+# until they are that old; LOGIN_ADDRESS_FAILURE_LIMIT failures from one address, across
+# usernames, lock the address. No one can lock a person out from another address. A success
+# forgets that username's failures from that address. sessions_app/login_throttle.py has the
+# details.
 AUTHENTICATION_BACKENDS = [
     "sessions_app.login_throttle.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "10"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("LOGIN_COOLOFF_MINUTES", "15")))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # a list of single names: either one
+LOGIN_ADDRESS_FAILURE_LIMIT = int(os.environ.get("LOGIN_ADDRESS_FAILURE_LIMIT", "50"))
+# The pair, and the address alone (its higher limit applied by login_throttle's handler).
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 # Refused attempts of a locked client do not restart its cool-off: the 429 can say when to
 # come back, and a user locked out by someone else's guessing gets in again on time.
@@ -337,6 +342,10 @@ ALLOW_SIGNUP = _env_bool("ALLOW_SIGNUP", False)
 AGENT_MAX_STEPS = int(os.environ.get("AGENT_MAX_STEPS", "25"))
 # Lease of the per-session busy lock; the running loop renews it every third of this.
 RUN_LEASE_SECONDS = float(os.environ.get("RUN_LEASE_SECONDS", "30"))
+# Executions of a run in a row that ended without the run ending (its worker crashed or died,
+# the lease expired): past this many, the next delivery ends the run in error instead of
+# starting it again, so no input makes a run loop between crash and re-enqueue.
+RUN_MAX_ATTEMPTS = int(os.environ.get("RUN_MAX_ATTEMPTS", "3"))
 # Aborts arrive at once (Redis pub/sub / in-process); the database flag is re-read this often.
 RUN_ABORT_POLL_SECONDS = float(os.environ.get("RUN_ABORT_POLL_SECONDS", "1.0"))
 # Text deltas of one session are coalesced into frames of at most this many milliseconds,
@@ -425,6 +434,9 @@ API_FILES_MAX = int(os.environ.get("API_FILES_MAX", "10000"))
 # a session past the count is refused with 429 QuotaExceeded. 0 = no limit.
 WORKTREE_MAX_BYTES = int(os.environ.get("WORKTREE_MAX_BYTES", str(200 * 1024 * 1024)))
 WORKTREE_MAX_FILE_BYTES = int(os.environ.get("WORKTREE_MAX_FILE_BYTES", str(20 * 1024 * 1024)))
+# Files, directories and links a worktree may hold (each an inode and a directory slot, which
+# WORKTREE_MAX_BYTES does not count); a shell command past it is killed and undone. 0: none.
+WORKTREE_MAX_ENTRIES = int(os.environ.get("WORKTREE_MAX_ENTRIES", "100000"))
 SESSIONS_PER_USER_MAX = int(os.environ.get("SESSIONS_PER_USER_MAX", "1000"))
 # Quotas (quotas_app, docs/quotas.md): the deployment's default of each per-user limit, for
 # users whose own quota and groups' quotas leave it blank. 0 = unlimited (the default).

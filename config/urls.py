@@ -11,6 +11,7 @@ from runs_app.api.usage import UsageViewSet
 from runs_app.health import health
 from runs_app.metrics import metrics_view
 from sessions_app import pages
+from sessions_app.api import account
 from sessions_app.api import views as session_views
 
 # ViewSet actions, routed by hand: every path of the contract keeps its exact shape.
@@ -21,7 +22,8 @@ shared = session_views.SharedViewSet.as_view
 
 api = [
     path("health/", health),
-    path("auth/token/", session_views.auth_token),
+    path("auth/token/", account.AuthTokenView.as_view()),
+    path("auth/password/", account.PasswordView.as_view()),
     path("models/", session_views.ModelViewSet.as_view({"get": "list"})),
     path("usage/", UsageViewSet.as_view({"get": "usage"})),
     path("usage/quota/", UsageViewSet.as_view({"get": "quota"})),

@@ -6,14 +6,66 @@ INSERTs, changed fields as UPDATEs of those rows), never the history before it.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from typing import Any
 
 from django.db import connection, models, transaction
 from django.utils import timezone
 
 from quotas_app.models import UsageRecord
 from quotas_app.services import record_usage
+from sessions_app.api.guards import unstorable_text
 from sessions_app.models import Message, Part, Session
+
+# What PostgreSQL refuses in text and jsonb: NUL, and surrogates (alone, as Python strings
+# hold them: a tool's bytes decoded with ``surrogateescape``, a model's ``"\\ud800"``).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _escape(text: str) -> str:
+    return _UNSTORABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def storable(value: Any) -> Any:
+    """``value`` with every string the database cannot hold escaped, in place where it is a
+    dict or list (what a run holds in memory is then what it stored): NUL becomes the six
+    characters ``\\u0000``, a lone surrogate ``\\udXXX`` (SEMANTICS 11.5). A tool's output, a
+    file it read, a model's text or arguments: data, which must never crash the write that
+    stores it — a crash there re-ran the step after every redelivery. The parser's walk
+    finds nothing in nearly every value, and then nothing is copied or rebuilt."""
+    if unstorable_text(value) is None:
+        return value
+    if isinstance(value, str):
+        return _escape(value)
+    stack = [value]
+    while stack:  # iterative: a model's structured output may nest deeper than recursion goes
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key in list(item):
+                inner = item[key]
+                if isinstance(key, str) and _UNSTORABLE.search(key):
+                    del item[key]
+                    key = _escape(key)
+                item[key] = _escape(inner) if isinstance(inner, str) else inner
+                if isinstance(inner, (dict, list)):
+                    stack.append(inner)
+        elif isinstance(item, list):
+            for index, inner in enumerate(item):
+                if isinstance(inner, str):
+                    item[index] = _escape(inner)
+                elif isinstance(inner, (dict, list)):
+                    stack.append(inner)
+    return value
+
+
+def _make_storable(obj: models.Model, fields: Any = None) -> None:
+    """The text and JSON fields of ``obj`` (or only ``fields``), escaped where needed."""
+    names = fields or [f.attname for f in obj._meta.concrete_fields]
+    for name in names:
+        current = getattr(obj, name, None)
+        if isinstance(current, (str, dict, list)):
+            setattr(obj, name, storable(current))
 
 
 class Checkpointer:
@@ -80,6 +132,10 @@ class Checkpointer:
             return
         new_messages, new_parts = self._new_messages, self._new_parts
         dirty, head, usage = self._dirty, self._head, self._usage
+        for obj in [*new_messages, *new_parts]:
+            _make_storable(obj)
+        for obj, fields in dirty.items():
+            _make_storable(obj, fields)
         with transaction.atomic():
             if not durable and connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
@@ -110,6 +166,7 @@ def write_streamed_texts(texts: list[tuple[str, str]]) -> None:
     order in which the two land does not matter. Not durable, like ``flush(durable=False)``."""
     if not texts:
         return
+    texts = [(part_id, storable(text)) for part_id, text in texts]
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("SET LOCAL synchronous_commit TO OFF")

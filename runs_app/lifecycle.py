@@ -46,7 +46,7 @@ from django.utils import timezone
 from quotas_app import services as quotas
 from sessions_app import events, metrics, models_catalog
 from sessions_app.errors import SessionBusyError
-from sessions_app.models import Part, Session
+from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import part_data, session_data
 from sessions_app.services import lock
 
@@ -140,7 +140,7 @@ def begin(run_id: str) -> Begun:
             return Begun(None)  # queued behind another run: the hand-over enqueues it
         started = Run.objects.filter(
             id=run.id, status=Run.Status.PENDING, abort_requested=False
-        ).update(status=Run.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1)
+        ).update(status=Run.Status.RUNNING, started_at=timezone.now(), attempts=1)
         if not started:
             run.refresh_from_db()
             if run.status == Run.Status.PENDING:  # aborted between the two statements
@@ -151,10 +151,88 @@ def begin(run_id: str) -> Begun:
         if not lock.claim(run.session_id, run.id, own_ok=False):
             log.info("run %s: session %s is still held", run.id, run.session_id)
             return Begun(None, retry=True)
-        Run.objects.filter(id=run.id).update(attempts=F("attempts") + 1)
+        # The lock is ours now, and no execution of the run is alive: a cancel asked of it
+        # ends it here (its worker is gone), and so does a run that crashed at every attempt
+        # since it last started — the same input would crash it again, forever.
+        if run.abort_requested:
+            end_abandoned(run, Run.Status.CANCELLED, claimed=True)
+            return Begun(None)
+        if run.attempts >= settings.RUN_MAX_ATTEMPTS:
+            end_abandoned(run, Run.Status.ERROR, error=crashed_error(run.attempts), claimed=True)
+            return Begun(None)
+        if not Run.objects.filter(id=run.id, status=Run.Status.RUNNING).update(
+            attempts=F("attempts") + 1
+        ):
+            # Ended meanwhile (a cancel of the abandoned run): give back the lock just taken.
+            with transaction.atomic():
+                locked = lock.lock_session(run.session_id)
+                if locked.busy_run_id == run.id:
+                    _hand_over(locked.id, run.id, locked)
+            return Begun(None)
     # Read again once the lock is ours (what it holds may have moved until then): one
     # statement for both rows (two refreshes were three: the run's drops its cached session).
     return Begun(Run.objects.select_related("session").get(id=run.id))
+
+
+def crashed_error(attempts: int) -> dict:
+    times = "once" if attempts == 1 else f"{attempts} times in a row"
+    return {
+        "type": "RunCrashed",
+        "message": (
+            f"The run stopped without finishing {times} (its worker crashed or was stopped), "
+            "so it was not started again. What it saved is kept: continue or resume it."
+        ),
+    }
+
+
+def end_abandoned(
+    run: Run, status: str, *, error: dict | None = None, claimed: bool = False
+) -> bool:
+    """End a ``running`` run that no execution holds — its lease expired, or ``claimed``:
+    ``begin`` has just taken the expired lock for it — and hand the session over: the way out
+    of a run whose worker is gone. An ``error`` also ends the run's unfinished tool calls
+    (interrupted, as after an abort) and its unfinished message, so that a resume does not
+    call again what crashed every attempt; a cancelled run stays resumable as after any
+    cancel (1.6). False when an execution holds the run (its lease is live): that one stops
+    at its next check."""
+    with transaction.atomic():
+        locked = lock.lock_session(run.session_id)
+        if locked.busy_run_id == run.id and lock.is_busy(locked) and not claimed:
+            return False
+        updated = Run.objects.filter(id=run.id, status=Run.Status.RUNNING).update(
+            status=status, error=error, finished_at=timezone.now()
+        )
+        run.refresh_from_db()
+        if not updated:
+            return False
+        if status == Run.Status.ERROR:
+            _end_unfinished(run, error or {})
+        if locked.busy_run_id == run.id:
+            _hand_over(locked.id, run.id, locked)
+        events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
+        events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
+    return True
+
+
+def _end_unfinished(run: Run, error: dict) -> None:
+    now = time.time()
+    for part in Part.objects.filter(
+        message__run_id=run.id, type=Part.Type.TOOL, state__status__in=["pending", "running"]
+    ):
+        state = dict(part.state or {})
+        state.update(
+            status="error",
+            error="Tool execution was interrupted.",
+            metadata={**(state.get("metadata") or {}), "interrupted": True, "reason": "crashed"},
+        )
+        state.setdefault("time", {})["end"] = now
+        part.state = state
+        part.save(update_fields=["state"])
+        events.publish_on_commit(run.session_id, events.PART_UPDATED, part=part_data(part))
+    Message.objects.filter(run_id=run.id, completed_at__isnull=True).update(
+        completed_at=timezone.now(),
+        error={"reason": error.get("type", "RunCrashed"), "message": error.get("message", "")},
+    )
 
 
 def _add_usage(locked: Session, added: dict | None) -> None:

@@ -10,6 +10,7 @@ tokens also change through the admin and the ORM, where no service of ours runs)
 from __future__ import annotations
 
 import json
+import re
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
@@ -29,6 +30,10 @@ if TYPE_CHECKING:
     from django.contrib.auth.models import AnonymousUser
 
 CLOSE_FORBIDDEN = 4403
+# What a session id and a token key can be: anything else is refused before it reaches a
+# query or a group name (a NUL is a database error, a ``/`` or non-ASCII a channel-layer one).
+SESSION_ID = re.compile(r"ses_[0-9a-f]{1,64}")
+TOKEN_KEY = re.compile(r"[0-9A-Za-z]{1,64}")
 
 
 @database_sync_to_async
@@ -62,8 +67,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
     session_key: str | None = None
 
     async def connect(self) -> None:
-        self.session_id = self.scope["url_route"]["kwargs"]["session_id"]
-        query = parse_qs(self.scope.get("query_string", b"").decode())
+        # Any other path under /ws/ comes here too (config/routing.py), without an id: it is
+        # refused as a session the user may not see, never a routing error (a 500).
+        self.session_id = self.scope["url_route"]["kwargs"].get("session_id", "")
+        query = parse_qs(self.scope.get("query_string", b"").decode(errors="replace"))
         if query.get("token"):
             self.token = query["token"][0]
         else:
@@ -71,7 +78,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         # Accept, then close with 4403: a close before accept reaches the client as a bare
         # HTTP 403 without the code.
         await self.accept()
-        if not await self._allowed(self.scope.get("user")):
+        well_formed = SESSION_ID.fullmatch(self.session_id) and (
+            self.token is None or TOKEN_KEY.fullmatch(self.token)
+        )
+        if not well_formed or not await self._allowed(self.scope.get("user")):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.group = events.group_name(self.session_id)

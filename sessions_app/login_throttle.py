@@ -1,10 +1,15 @@
-"""Failed logins are throttled per username and per client address (django-axes, configured in
-settings: ``LOGIN_FAILURE_LIMIT`` failures within ``LOGIN_COOLOFF_MINUTES`` lock either one).
+"""Failed logins are throttled per username *from each client address* and per address
+across usernames (django-axes, configured in settings): ``LOGIN_FAILURE_LIMIT`` failures of
+one username from one address within ``LOGIN_COOLOFF_MINUTES`` lock that username from that
+address only; ``LOGIN_ADDRESS_FAILURE_LIMIT`` (higher) failures from one address, whatever the
+usernames, lock the address. A username is never locked everywhere: no one can lock a person
+out from another address (issue 14, finding 15).
 
 Both doors — the login form (and the admin's) and ``POST /api/auth/token/`` — go through
 ``authenticate()``, where axes' backend refuses a locked client before any password is checked.
-This module holds what axes leaves to the project: the 429 answer, the rule for what a success
-forgets, and the length of the username it stores."""
+This module holds what axes leaves to the project: the two limits (axes has one limit for all
+its lockout parameters), the 429 answer, the rule for what a success forgets, and the length
+of the username it stores."""
 
 from __future__ import annotations
 
@@ -13,10 +18,11 @@ from typing import Any
 
 from axes.backends import AxesStandaloneBackend
 from axes.handlers.database import AxesDatabaseHandler
-from axes.helpers import get_client_ip_address, get_cool_off
+from axes.helpers import get_client_ip_address, get_cool_off, get_failure_limit
 from axes.models import AccessAttempt
 from axes.utils import reset
-from django.db.models import Max, Q
+from django.conf import settings
+from django.db.models import Max, QuerySet, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
@@ -38,10 +44,44 @@ class LoginThrottleBackend(AxesStandaloneBackend):
 
 
 class LoginAttemptsHandler(AxesDatabaseHandler):
-    """Axes' database handler with a narrower reset on success (``AXES_RESET_ON_SUCCESS``)."""
+    """Axes' database handler with a narrower reset on success (``AXES_RESET_ON_SUCCESS``) and
+    a limit per lockout parameter.
+
+    Axes compares the largest count of its lockout parameters (here the pair username +
+    address, and the address alone) with one ``AXES_FAILURE_LIMIT``. The address must have a
+    higher limit than the pair — the same ten failures that lock one name from one address
+    must not lock everyone behind it — so the count given to axes is the pair's, or the limit
+    itself once the address has reached its own (``LOGIN_ADDRESS_FAILURE_LIMIT``)."""
 
     def reset_user_attempts(self, request: HttpRequest, credentials: dict | None = None) -> int:
         return forget_failures(request, client_username(request, credentials))
+
+    def get_failures(self, request: HttpRequest, credentials: dict | None = None) -> int:
+        by_pair, by_address = failure_counts(request, credentials)
+        if by_address >= settings.LOGIN_ADDRESS_FAILURE_LIMIT:
+            return max(by_pair, get_failure_limit(request, credentials))
+        return by_pair
+
+
+def _recent(request: HttpRequest) -> QuerySet:
+    """The failures from the request's address still inside the cool-off window."""
+    return AccessAttempt.objects.filter(
+        ip_address=_address(request), attempt_time__gte=timezone.now() - get_cool_off(request)
+    )
+
+
+def _address(request: HttpRequest) -> str | None:
+    return getattr(request, "axes_ip_address", None) or get_client_ip_address(request)
+
+
+def failure_counts(request: HttpRequest, credentials: dict | None = None) -> tuple[int, int]:
+    """Recent failures of this username from this address, and from this address in all."""
+    recent = _recent(request)
+    username = client_username(request, credentials)
+    total = Sum("failures_since_start")
+    by_pair = recent.filter(username=username).aggregate(n=total)["n"] or 0
+    by_address = recent.aggregate(n=total)["n"] or 0
+    return by_pair, by_address
 
 
 def forget_failures(request: HttpRequest, username: str | None) -> int:
@@ -63,16 +103,17 @@ def client_username(request: HttpRequest, credentials: dict | None = None) -> st
 
 
 def retry_after_seconds(request: HttpRequest, credentials: dict | None = None) -> int:
-    """Seconds until every counted failure of this username and this address has aged out of
-    the cool-off window: when the lock is certainly over. Attempts refused during a lockout are
-    not counted (``AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT`` is off), so the moment does
-    not move while a locked client keeps trying."""
+    """Seconds until every counted failure behind the lock has aged out of the cool-off
+    window — this username's from this address, or the address's when the address is over
+    its own limit: when the lock is certainly over. Attempts refused during a lockout are not
+    counted (``AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT`` is off), so the moment does not
+    move while a locked client keeps trying."""
     cool_off = get_cool_off(request)
-    username = client_username(request, credentials)
-    address = get_client_ip_address(request)
-    newest = AccessAttempt.objects.filter(Q(username=username) | Q(ip_address=address)).aggregate(
-        newest=Max("attempt_time")
-    )["newest"]
+    recent = _recent(request)
+    _by_pair, by_address = failure_counts(request, credentials)
+    if by_address < settings.LOGIN_ADDRESS_FAILURE_LIMIT:
+        recent = recent.filter(username=client_username(request, credentials))
+    newest = recent.aggregate(newest=Max("attempt_time"))["newest"]
     if newest is None:
         return math.ceil(cool_off.total_seconds())
     return max(1, math.ceil((newest + cool_off - timezone.now()).total_seconds()))
@@ -82,7 +123,7 @@ def lockout_message(seconds: int) -> str:
     minutes = max(1, math.ceil(seconds / 60))
     unit = "minute" if minutes == 1 else "minutes"
     return (
-        "Too many failed logins for this username or from this address: "
+        "Too many failed logins for this username from this address, or from this address: "
         f"try again in {minutes} {unit}."
     )
 

@@ -7,10 +7,10 @@ from functools import wraps
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.contrib.auth import login
+from django.contrib.auth import login, update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.forms import UserCreationForm
+from django.contrib.auth.forms import PasswordChangeForm, UserCreationForm
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from .errors import AppError, NotAuthenticated, NotFoundError
 from .selectors import session_for_user, sessions_for_user
 from .services import sharing
+from .services.accounts import change_password
 from .services.sessions import create_session, delete_session, rename_session
 
 LIST_PAGE = 100
@@ -177,6 +178,17 @@ def signup(request: HttpRequest) -> HttpResponse:
     return render(request, "app/signup.html", {"form": form}, status=400 if form.errors else 200)
 
 
+@login_required
+def password_change(request: HttpRequest) -> HttpResponse:
+    """Any user's own password change (Django's form and validators). The user's API tokens
+    are revoked and their other browser sessions end; this one stays logged in."""
+    form = PasswordChangeForm(request.user, request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        update_session_auth_hash(request, change_password(form=form))
+        return render(request, "app/password.html", {"form": None, "changed": True})
+    return render(request, "app/password.html", {"form": form}, status=400 if form.errors else 200)
+
+
 urlpatterns = [
     path("", session_list, name="home"),
     path("sessions/new/", session_new, name="session-new"),
@@ -187,4 +199,5 @@ urlpatterns = [
     path("login/", LoginPage.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("signup/", signup, name="signup"),
+    path("password/", password_change, name="password-change"),
 ]

@@ -21,7 +21,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 # Route → kind. "session"/"run": owner only; "shared": anyone with the token (reads and
 # forks); "collection": any logged-in user, scoped to their own; "public": no login.
 API = {
-    "api/auth/token/": "public",
+    "api/auth/token/": "public",  # POST; its DELETE (revoke) needs the caller's login
+    "api/auth/password/": "collection",  # the caller's own password
     "api/health/": "public",
     "api/sessions/": "collection",
     "api/sessions/import/": "collection",  # makes a session of the caller's own
@@ -45,6 +46,7 @@ PAGES = {
     "login/": "public",
     "logout/": "public",
     "signup/": "public",
+    "password/": "page-login",
     "metrics": "metrics-token",  # 404 unless METRICS_TOKEN is set; then its bearer only
 }
 SKIPPED = ("admin/", "^static/")  # the admin has its own tests (test_admin*.py)
@@ -181,7 +183,8 @@ def test_csrf_is_enforced_on_cookie_authenticated_writes(world, owner):
     assert browser.get(f"/api/sessions/{world['session_id']}/").status_code == 200
 
 
-WEBSOCKETS = {"ws/sessions/<str:session_id>/": "session"}
+# "": every other socket path, accepted and closed with 4403 (never a routing error).
+WEBSOCKETS = {"ws/sessions/<str:session_id>/": "session", "": "refused"}
 
 
 def test_every_websocket_route_is_in_the_matrix():

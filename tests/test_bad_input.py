@@ -18,7 +18,7 @@ from drf_spectacular.generators import SchemaGenerator
 from runs_app.tools import TOOLS, ToolContext, ToolError, resolve
 from sessions_app.api.guards import DEPTH_MESSAGE, MAX_JSON_DEPTH
 from sessions_app.models import Part
-from sessions_app.tools_paths import plain_relative, resolve_inside
+from sessions_app.worktree_files import parts_of, plain_relative
 from tests.conftest import client_for, run_turn
 
 DEPTHS = (MAX_JSON_DEPTH + 1, 100, 500, 10_000)
@@ -145,11 +145,11 @@ def test_the_shared_file_endpoint_answers_404_for_over_long_paths(world):
     assert api.get(f"/api/shared/{token}/files/a.txt").content == b"x"
 
 
-def test_resolve_inside_refuses_names_the_kernel_would_refuse(tmp_path):
+def test_worktree_paths_refuse_names_the_kernel_would_refuse(tmp_path):
     for relative in ("a" * 256, "é" * 128, "/".join(["b" * 200] * 21)):
         with pytest.raises(ValueError, match="longer than"):
-            resolve_inside(tmp_path, relative)
-    assert resolve_inside(tmp_path, "a" * 255) == tmp_path.resolve() / ("a" * 255)
+            parts_of(tmp_path, relative)
+    assert parts_of(tmp_path, "a" * 255) == ("a" * 255,)
 
 
 def test_agent_tools_refuse_over_long_paths_with_a_tool_error(tmp_path):
@@ -166,7 +166,7 @@ def test_agent_tools_refuse_over_long_paths_with_a_tool_error(tmp_path):
         ):
             with pytest.raises(ToolError):
                 TOOLS[tool].run(ctx, args)
-    assert resolve(tmp_path, "a" * 255) == tmp_path.resolve() / ("a" * 255)
+    assert resolve(tmp_path, "a" * 255) == ("a" * 255,)
 
 
 # -- (c) the diff of one file ----------------------------------------------------------------
@@ -294,3 +294,14 @@ def test_a_lone_surrogate_in_any_json_body_is_a_400_not_a_500(world):
         assert_json_error(response, url)
         assert response.status_code == 400
         assert "lone surrogates" in response.json()["error"]["message"]
+
+
+def test_a_session_model_longer_than_its_column_is_a_400(world):
+    """PATCH with a 5,000-character model passed the catalogue check and failed on save."""
+    api, sid = world["api"], world["session_id"]
+    for body in ({"model": "openai:" + "m" * 5000}, {"model": "x" * 5000}):
+        response = api.patch(f"/api/sessions/{sid}/", body, format="json")
+        assert response.status_code == 400, response.content
+        assert response.json()["error"]["type"] == "ValidationError"
+    created = api.post("/api/sessions/", {"model": "openai:" + "m" * 5000}, format="json")
+    assert created.status_code == 400, created.content

@@ -208,3 +208,20 @@ def test_the_quota_answer_gives_limits_used_remaining_and_resets(api, owner):
             "source": "default",
         },
     }
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "to=9999-12-31",  # its day's end is past the calendar: was an OverflowError, a 500
+        "from=0001-01-01&to=0001-01-02",
+        "to=0001-01-01",  # 30 days before it, by default
+        "from=9999-12-31T23:00:00-05:00&to=9999-12-31",
+        "from=0001-01-01T00:00:00%2B05:00",
+    ],
+)
+def test_moments_at_the_ends_of_the_calendar_are_a_400(api, query):
+    response = api.get(f"/api/usage/?{query}")
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]["type"] == "ValidationError"
+    assert "must be between 1970-01-01 and 9999-01-01" in response.json()["error"]["message"]

@@ -341,3 +341,29 @@ async def test_the_app_denies_a_socket_from_the_other_scheme(sid, token):
         assert connected is expected, origin
         if connected:
             await communicator.disconnect()
+
+
+# -- paths and credentials no session has (issue 14, finding 14) ------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ws/sessions/..%2F{sid}/?token={token}",  # was the router's "No route found": a 500
+        "/ws/sessions/{sid}/extra/?token={token}",
+        "/ws/other/?token={token}",
+        "/ws/sessions/ses_%00/?token={token}",  # a NUL never reaches a query
+        "/ws/sessions/{sid}/?token=%00",
+        "/ws/sessions/%E2%82%AC/?token={token}",  # nor a non-ASCII group name
+    ],
+)
+async def test_a_socket_path_or_token_no_session_has_is_closed_with_4403(sid, token, path):
+    from config.asgi import application
+
+    communicator = WebsocketCommunicator(
+        application, path.format(sid=sid, token=token), headers=HOST
+    )
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    assert await _close_code(communicator, 5) == 4403
+    await communicator.disconnect()

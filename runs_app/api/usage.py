@@ -21,8 +21,11 @@ from sessions_app.api.serializers import Choice, Out, refuse
 
 from ..usage import quota_of, usage_of
 
-
 # -- input ----------------------------------------------------------------------------------
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+
+
 @extend_schema_field(OpenApiTypes.STR)
 class Moment(serializers.Field):
     """A date (``2025-03-01``: that UTC day) or an ISO 8601 date-time (UTC when naive)."""
@@ -32,14 +35,27 @@ class Moment(serializers.Field):
         super().__init__(required=False, **kwargs)
 
     def to_internal_value(self, data: Any) -> datetime:
-        text = str(data).strip()
+        try:
+            moment = self._moment(str(data).strip())
+            # In UTC, and far enough from the calendar's ends that the default range
+            # (30 days before ``to``) and the database's UTC conversion stay inside it.
+            moment = moment.astimezone(UTC)
+            if not EARLIEST <= moment <= LATEST:
+                raise OverflowError
+        except OverflowError:
+            raise refuse(
+                f"{self.field_name} must be between {EARLIEST.date()} and {LATEST.date()}."
+            ) from None
+        return moment
+
+    def _moment(self, text: str) -> datetime:
         try:
             day = date.fromisoformat(text)
         except ValueError:
             day = None
         if day is not None:
             moment = datetime.combine(day, time(), tzinfo=UTC)
-            return moment + timedelta(days=1) if self.end else moment
+            return moment + timedelta(days=1) if self.end else moment  # 9999-12-31: overflow
         try:
             moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
         except ValueError:

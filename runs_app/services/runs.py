@@ -14,7 +14,7 @@ from sessions_app.models import Session
 from sessions_app.services import lock
 
 from .. import runtime
-from ..lifecycle import admit, cancel_waiting, finish_unstarted
+from ..lifecycle import admit, cancel_waiting, end_abandoned, finish_unstarted
 from ..models import Run
 
 
@@ -102,6 +102,8 @@ def cancel_run(*, run: Run) -> Run:
     if run.status == Run.Status.PENDING:
         # Not started: no loop to stop, end it now (a task delivered later skips it).
         return finish_unstarted(run)
+    if run.status == Run.Status.RUNNING and end_abandoned(run, Run.Status.CANCELLED):
+        return run  # its worker is gone (the lease expired): no loop would see the flag
     return run
 
 

@@ -244,6 +244,8 @@ class SessionPatchIn(In):
         return super().to_internal_value(data)
 
     def validate_model(self, value: str) -> str:
+        if len(value) > 200:  # the column's length: a longer one was a 500 on save
+            raise refuse("model must be at most 200 characters.")
         return check_model(value)
 
     def validate_title(self, value: str) -> str:

@@ -4,20 +4,17 @@ and authorizes its object once, in ``get_object()``; the routes are in ``config/
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.auth import authenticate
 from django.http import FileResponse, HttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.authtoken.models import Token
-from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.pagination import CursorPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
-from .. import login_throttle, models_catalog
+from .. import models_catalog
 from ..models import Part, Share
 from ..selectors import (
     lineage,
@@ -37,7 +34,6 @@ from ..services import rollback as rollback_services
 from ..services import sessions as session_services
 from ..services import sharing
 from .base import ApiViewSet, SessionScopedViewSet
-from .errors import error_body
 from .serializers import (
     DIFF_OUT,
     DiffQueryIn,
@@ -57,8 +53,6 @@ from .serializers import (
     SharedQueryIn,
     ShareIn,
     ShareLinkOut,
-    TokenIn,
-    TokenOut,
     TreeEntryOut,
     WorktreeEntryOut,
     part_out,
@@ -70,27 +64,6 @@ FILE_OR_LISTING = {
     (200, "application/json"): WorktreeEntryOut(many=True),
     (200, "text/plain"): OpenApiTypes.STR,
 }
-
-
-@extend_schema(request=TokenIn, responses={200: TokenOut})
-@api_view(["POST"])
-@authentication_classes([])
-@permission_classes([AllowAny])
-def auth_token(request: Request) -> HttpResponse:
-    data = TokenIn(data=request.data)
-    data.is_valid(raise_exception=True)
-    user = authenticate(
-        request, username=data.validated_data["username"], password=data.validated_data["password"]
-    )
-    if user is None:
-        # django-axes marks a login it refused (too many failures of this username or address).
-        if getattr(request, "axes_locked_out", False):
-            return login_throttle.lockout_response(request)
-        return Response(error_body("NotAuthenticated", "Wrong username or password."), status=401)
-    # A token is a login, though no session starts: forget the failures as a form login does.
-    login_throttle.forget_failures(request, user.get_username())
-    token, _ = Token.objects.get_or_create(user=user)
-    return Response({"token": token.key})
 
 
 class SessionPages(CursorPagination):
