@@ -157,8 +157,21 @@ function showShare(link) {
   box.hidden = false;
 }
 
+// Each request about the link takes a number; an answer is shown only if no later request
+// was made meanwhile: a slow GET from the page's load must not bring back a link that a
+// click revoked after it.
+let shareSeq = 0;
+
+async function shareRequest(method, body) {
+  const mine = ++shareSeq;
+  const link = await ctx.call(method, ctx.api("/share/"), body);
+  return { link, current: mine === shareSeq };
+}
+
 export async function loadShare() {
-  showShare(await ctx.call("GET", ctx.api("/share/")).catch(() => null));
+  const mine = ++shareSeq;
+  const link = await ctx.call("GET", ctx.api("/share/")).catch(() => null);
+  if (mine === shareSeq) showShare(link);
 }
 
 export function initShare() {
@@ -166,15 +179,17 @@ export function initShare() {
     ctx.showError("");
     try {
       const include = document.getElementById("share-system-prompt").checked;
-      showShare(await ctx.call("POST", ctx.api("/share/"), { include_system_prompt: include }));
+      const { link, current } = await shareRequest("POST", { include_system_prompt: include });
+      if (!current) return;
+      showShare(link);
       document.getElementById("share-url").select();
     } catch (err) { ctx.showError(err.message); }
   });
   document.getElementById("revoke-share").addEventListener("click", async () => {
     ctx.showError("");
     try {
-      await ctx.call("DELETE", ctx.api("/share/"));
-      showShare(null);
+      const { current } = await shareRequest("DELETE");
+      if (current) showShare(null);
     } catch (err) { ctx.showError(err.message); }
   });
   document.getElementById("copy-share").addEventListener("click", async () => {

@@ -86,3 +86,45 @@ def _flow(owner, other, server) -> None:
     response = other.goto(url)
     assert response.status == 404
     assert "Not found" in other.locator("h1").inner_text()
+
+
+def test_a_slow_answer_from_the_page_load_never_brings_back_a_revoked_link(browser, server):
+    """The chat asks for the session's link when it loads; a click that shares and then
+    revokes may be answered first. The load's late answer must not show the revoked link
+    again (the owner would copy a dead URL, as the flaky revoke above once showed)."""
+    ctx = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = ctx.new_page()
+    page.set_default_timeout(20_000)
+    try:
+        login(page, server)
+        sid = new_session(page)
+        page.click("#session-menu summary")
+        page.click("#share")
+        page.wait_for_selector("#share-box:not([hidden])")
+        held = []
+
+        def hold_the_load(route, request):  # noqa: ANN001
+            if request.method == "GET" and not held:
+                # The server answers now (the link exists); the page gets it after the revoke.
+                held.append((route, route.fetch()))
+            else:
+                route.continue_()
+
+        page.route(f"**/api/sessions/{sid}/share/", hold_the_load)
+        page.reload()
+        page.wait_for_function("() => document.readyState === 'complete'")
+        page.wait_for_timeout(300)
+        assert held, "the page asked for its link when it loaded"
+        page.click("#session-menu summary")
+        page.click("#share")  # a new link, shown
+        page.wait_for_selector("#share-box:not([hidden])")
+        page.click("#revoke-share")
+        page.wait_for_selector("#share-box", state="hidden")
+        route, answer = held[0]
+        route.fulfill(response=answer)  # the load's answer: the link before the revoke
+        page.wait_for_timeout(500)
+        assert page.evaluate("() => document.getElementById('share-box').hidden"), (
+            "a revoked link came back: " + page.input_value("#share-url")
+        )
+    finally:
+        ctx.close()
