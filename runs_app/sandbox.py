@@ -293,9 +293,14 @@ def _own_cgroup(controller: str) -> str:
 
 def _writable_root(base: Path, own: str, check: Callable[[Path], None]) -> Path | None:
     """``agentplat-shell`` beneath this process's own cgroup (so the service's limits still
-    bound the commands, and a delegated subtree works without root), else beneath the
+    bound the commands, and a delegated subtree works without root), else beside it (cgroup
+    v2 puts no process in a cgroup whose controllers its children use: systemd's
+    ``DelegateSubgroup=`` runs the service one level down for that), else beneath the
     hierarchy's top; ``check`` makes it ready and proves a child of it can be written."""
-    for parent in dict.fromkeys([base / own.strip("/"), base]):
+    own_path = base / own.strip("/")
+    for parent in dict.fromkeys([own_path, own_path.parent, base]):
+        if base not in (parent, *parent.parents):
+            continue
         root = parent / "agentplat-shell"
         try:
             made = not root.exists()
@@ -341,6 +346,10 @@ def _cgroup_roots() -> dict[str, Path]:
 
         def check(root: Path) -> None:
             for controller in available:
+                # The parent passes the controller down where it may (a delegated service
+                # cgroup without processes of its own); it has it already where it may not.
+                with contextlib.suppress(OSError):
+                    (root.parent / "cgroup.subtree_control").write_text(f"+{controller}")
                 (root / "cgroup.subtree_control").write_text(f"+{controller}")
             if "pids" in available:
                 _probe_child(root, "pids.max", "8")
