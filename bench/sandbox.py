@@ -6,6 +6,12 @@
 * Stop: a command whose tree holds a background child, a child that left the process group
   (``setsid``) and the foreground ``sleep``; from the moment the stop is asked to the moment
   no process of it is left (``/proc`` scanned), p99 of N.
+* A step's snapshot (issue 24): ``Snapshots.track()`` as it runs now (git by absolute path,
+  a minimal environment, every worktree-config override, nested repositories taken apart)
+  against the same ``track()`` with the runner as it was before (no ``-c`` overrides, the
+  server's environment), and against the floor, its git calls (``add --all``, ``write-tree``,
+  ``diff-tree`` of the changed files) run bare; three twin stores of the same
+  worktree of 2,000 files, three of them changed before each step, interleaved, median.
 """
 
 from __future__ import annotations
@@ -82,7 +88,9 @@ def run(*, quick: bool) -> dict[str, Any]:
             time.sleep(0.002)
         stops.append((time.monotonic() - due) * 1000)
 
+    snapshot = _step_snapshots(10 if quick else 40)
     return {
+        **snapshot,
         "samples": n,
         "plain_p50_ms": percentile(plain, 50),
         "plain_p99_ms": percentile(plain, 99),
@@ -93,8 +101,107 @@ def run(*, quick: bool) -> dict[str, Any]:
         "stop_p50_ms": percentile(stops, 50),
         "stop_p99_ms": percentile(stops, 99),
         "stop_max_ms": max(stops),
-        "cgroup": str(sandbox._cgroup_root() or "none (rlimits only)"),
+        "cgroup": ", ".join(f"{k} {v}" for k, v in sandbox._cgroup_roots().items())
+        or "none (rlimits only)",
     }
+
+
+def _unhardened_env(snap: Any, index: str | None = None) -> dict[str, str]:
+    """The runner's environment before issue 24: the server's own, plus the store's names."""
+    env = {
+        **os.environ,
+        "GIT_DIR": str(snap.git_dir),
+        "GIT_WORK_TREE": str(snap.worktree),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_LITERAL_PATHSPECS": "1",
+        "GIT_OPTIONAL_LOCKS": "0",
+    }
+    env.pop("GIT_INDEX_FILE", None)
+    if index:
+        env["GIT_INDEX_FILE"] = index
+    return env
+
+
+def _step_snapshots(steps: int) -> dict[str, Any]:
+    from runs_app import sandbox
+    from sessions_app import snapshots
+
+    with tempfile.TemporaryDirectory(prefix="agentplat-bench-snap-") as tmp:
+        worktree = Path(tmp) / "wt"
+        files = []
+        for i in range(2000):
+            path = worktree / f"d{i // 100:02d}" / f"f{i:04d}.py"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(f"# file {i}\n" + "x = 1\n" * 40)
+            files.append(path)
+        hardened = snapshots.Snapshots(git_dir=Path(tmp) / "hardened.git", worktree=worktree)
+        before = snapshots.Snapshots(git_dir=Path(tmp) / "before.git", worktree=worktree)
+        flags, env = snapshots.GIT_FLAGS, snapshots.Snapshots._env
+
+        def unhardened() -> None:  # the same track(), its runner as before: no overrides
+            snapshots.GIT_FLAGS, snapshots.Snapshots._env = (), _unhardened_env
+            try:
+                before.track()
+            finally:
+                snapshots.GIT_FLAGS, snapshots.Snapshots._env = flags, env
+
+        plain_dir = Path(tmp) / "plain.git"
+        subprocess.run(["git", "init", "-q", "--bare", str(plain_dir)], check=True)
+        (plain_dir / "info").mkdir(exist_ok=True)
+        (plain_dir / "info" / "exclude").write_text(".git\n")
+        git = ["git", f"--git-dir={plain_dir}", f"--work-tree={worktree}"]
+        last = [""]
+
+        def plain() -> None:  # the floor: the same git calls from a shell, nothing around them
+            subprocess.run([*git, "add", "--all"], cwd=worktree, check=True)
+            tree = subprocess.run(
+                [*git, "write-tree"], cwd=worktree, check=True, capture_output=True, text=True
+            ).stdout.strip()
+            if last[0] and tree != last[0]:  # the files that changed, for the size check
+                subprocess.run(
+                    [*git, "diff-tree", "-r", "--name-only", "-z", "--no-renames", last[0], tree],
+                    cwd=worktree,
+                    check=True,
+                    capture_output=True,
+                )
+            last[0] = tree
+
+        series = {"hardened": hardened.track, "unhardened": unhardened, "plain": plain}
+        for fn in series.values():  # the first snapshot of each store, then a warm index
+            fn()
+            fn()
+        times: dict[str, list[float]] = {name: [] for name in series}
+        for step in range(steps):
+            for path in files[step * 3 % len(files) :][:3]:
+                path.write_text(path.read_text() + f"y = {step}\n")
+            order = list(series.items())
+            if step % 2:
+                order.reverse()  # none always sees another's warm cache
+            for name, fn in order:
+                start = time.perf_counter()
+                fn()
+                times[name].append((time.perf_counter() - start) * 1000)
+        medians = {name: percentile(values, 50) for name, values in times.items()}
+        # What each shell call adds before its command (the undo point: a snapshot and the
+        # list of entries), after a step changed three files.
+        undo = []
+        for step in range(steps):
+            for path in files[step * 3 % len(files) :][:3]:
+                path.write_text(path.read_text() + f"z = {step}\n")
+            start = time.perf_counter()
+            sandbox.Undo.record(worktree, hardened)
+            undo.append((time.perf_counter() - start) * 1000)
+        return {
+            "snap_steps": steps,
+            "snap_files": len(files),
+            "snap_hardened_ms": medians["hardened"],
+            "snap_unhardened_ms": medians["unhardened"],
+            "snap_plain_ms": medians["plain"],
+            "snap_ratio": ratio(medians["hardened"], medians["unhardened"]),
+            "snap_ratio_floor": ratio(medians["hardened"], medians["plain"]),
+            "undo_ms": percentile(undo, 50),
+        }
 
 
 def report(r: dict[str, Any]) -> str:
@@ -118,6 +225,14 @@ def report(r: dict[str, Any]) -> str:
             " the floor",
             start,
             stop,
-            f"  pids cgroup: {r['cgroup']}",
+            f"  a step's snapshot, {r['snap_files']} files with 3 changed, median of"
+            f" {r['snap_steps']}: track() {r['snap_hardened_ms']:.1f} ms; the same track() with"
+            f" the runner as before issue 24 (no overrides, the server's environment)"
+            f" {r['snap_unhardened_ms']:.1f} ms ({r['snap_ratio']:.2f}x, target <= 1.2x);"
+            f" the floor, its git calls alone from a shell, {r['snap_plain_ms']:.1f} ms"
+            f" ({r['snap_ratio_floor']:.2f}x)",
+            f"  the undo point each shell call takes first (a snapshot and the list of entries,"
+            f" issue 24 finding 6), same tree: {r['undo_ms']:.1f} ms",
+            f"  cgroups: {r['cgroup']}",
         ]
     )
