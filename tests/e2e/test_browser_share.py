@@ -112,8 +112,10 @@ def test_a_slow_answer_from_the_page_load_never_brings_back_a_revoked_link(brows
 
         page.route(f"**/api/sessions/{sid}/share/", hold_the_load)
         page.reload()
-        page.wait_for_function("() => document.readyState === 'complete'")
-        page.wait_for_timeout(300)
+        for _ in range(200):  # the load asks once the session has loaded: wait for it
+            if held:
+                break
+            page.wait_for_timeout(50)
         assert held, "the page asked for its link when it loaded"
         page.click("#session-menu summary")
         page.click("#share")  # a new link, shown
