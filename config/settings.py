@@ -29,6 +29,12 @@ def _database_from_url(url: str) -> dict:
     parsed = urlparse(url)
     if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
         options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        # A transaction left open by a process that was stopped (SIGSTOP, a VM pause) would
+        # hold its row locks until it woke: PostgreSQL ends it after this long instead, so a
+        # run taken over by another worker never waits on the one that lost it.
+        idle = int(os.environ.get("DB_IDLE_IN_TRANSACTION_SECONDS", "20"))
+        if idle > 0 and "options" not in options:
+            options["options"] = f"-c idle_in_transaction_session_timeout={idle * 1000}"
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parsed.path.lstrip("/")) or "postgres",
@@ -342,6 +348,9 @@ ALLOW_SIGNUP = _env_bool("ALLOW_SIGNUP", False)
 AGENT_MAX_STEPS = int(os.environ.get("AGENT_MAX_STEPS", "25"))
 # Lease of the per-session busy lock; the running loop renews it every third of this.
 RUN_LEASE_SECONDS = float(os.environ.get("RUN_LEASE_SECONDS", "30"))
+# A run whose lease was not known renewed for this fraction of a lease stops (before the
+# lease can lapse and the sweep give the run to another worker).
+RUN_LEASE_STOP_FRACTION = float(os.environ.get("RUN_LEASE_STOP_FRACTION", "0.75"))
 # Executions of a run in a row that ended without the run ending (its worker crashed or died,
 # the lease expired): past this many, the next delivery ends the run in error instead of
 # starting it again, so no input makes a run loop between crash and re-enqueue.
@@ -381,6 +390,16 @@ RUN_TOOL_THREADS = int(os.environ.get("RUN_TOOL_THREADS", "16"))
 # snapshot): the rest wait their turn, so a burst of new runs leaves the live ones room
 # (README, streaming benchmark: 4 at once let 500 starting runs hold up the live ones' tokens).
 RUN_STARTING_AT_ONCE = int(os.environ.get("RUN_STARTING_AT_ONCE", "2"))
+# Requests that wait for their run (``wait: true``; runs_app/waits.py) hold no thread and no
+# database connection while they wait: at most RUN_WAITS_PER_USER_MAX of them per user at
+# once, across the web processes (past it: 429 TooManyWaits; 0 = no limit). A wait checks its
+# run's stored status every RUN_WAIT_RECHECK_SECONDS besides the run's events (one query for
+# every wait of a process). RUN_ADMISSIONS_AT_ONCE requests of a web process admit runs (or
+# read a waited-for run) at once; the rest take turns, leaving the process's other requests
+# a thread, a connection and the interpreter.
+RUN_WAITS_PER_USER_MAX = int(os.environ.get("RUN_WAITS_PER_USER_MAX", "50"))
+RUN_WAIT_RECHECK_SECONDS = float(os.environ.get("RUN_WAIT_RECHECK_SECONDS", "5"))
+RUN_ADMISSIONS_AT_ONCE = int(os.environ.get("RUN_ADMISSIONS_AT_ONCE", "4"))
 # Where runs execute: "celery" (services mode) or "thread" (embedded: in-process pool).
 RUN_EXECUTOR = os.environ.get("RUN_EXECUTOR", "thread" if EMBEDDED else "celery")
 

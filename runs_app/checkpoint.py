@@ -2,12 +2,23 @@
 
 A checkpoint writes only what changed since the last one (new messages and parts as bulk
 INSERTs, changed fields as UPDATEs of those rows), never the history before it.
+
+**Fenced.** A checkpointer made for an execution (``run_id``, ``epoch``) writes only while
+that execution owns its run (``fencing.fence`` in the same transaction): a stale worker's
+checkpoint raises ``LeaseLost`` and writes nothing.
+
+**Stored before shown.** The events that describe rows (a message, a part, its finished
+tool call) are ``hold``-ed while those rows are only buffered, and published once the
+checkpoint that writes them commits; a checkpoint refused (or never reached: the worker
+died) publishes none of them. Only text and tool-output deltas, and a tool's ``running``
+state, go out before their row (docs/api.md, "Events").
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -15,8 +26,11 @@ from django.utils import timezone
 
 from quotas_app.models import UsageRecord
 from quotas_app.services import record_usage
+from sessions_app import events
 from sessions_app.api.guards import unstorable_text
 from sessions_app.models import Message, Part, Session
+
+from .fencing import LeaseLost, fence, owned
 
 # What PostgreSQL refuses in text and jsonb: NUL, and surrogates (alone, as Python strings
 # hold them: a tool's bytes decoded with ``surrogateescape``, a model's ``"\\ud800"``).
@@ -69,8 +83,20 @@ def _make_storable(obj: models.Model, fields: Any = None) -> None:
 
 
 class Checkpointer:
-    def __init__(self, session_id: str) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        run_id: str = "",
+        epoch: int | None = None,
+        lost: Callable[[], bool] | None = None,
+    ) -> None:
         self.session_id = session_id
+        # The execution whose writes these are: every flush is fenced by its epoch, and
+        # refused as soon as ``lost()`` says its keeper stopped it (its lease not renewed:
+        # nobody may have taken the run yet, but it writes nothing more either way).
+        self.run_id, self.epoch, self.lost = run_id, epoch, lost
+        self._held: list[tuple[str, dict[str, Any]]] = []
         self._new_messages: list[Message] = []
         self._new_parts: list[Part] = []
         self._new_ids: set[str] = set()
@@ -88,6 +114,21 @@ class Checkpointer:
         """``fields`` of ``obj`` (a row already written) go in the next flush."""
         if obj.pk not in self._new_ids:
             self._dirty[obj].update(fields)
+
+    def fence(self) -> None:
+        """Inside a transaction: ``LeaseLost`` unless this execution still owns its run."""
+        if self.lost is not None and self.lost():
+            raise LeaseLost(self.run_id)
+        if self.epoch is not None:
+            fence(self.run_id, self.epoch)
+
+    def hold(self, type: str, payload: dict[str, Any]) -> bool:
+        """Keep an event about rows still buffered for the flush that stores them; False
+        (publish it now) when nothing is buffered."""
+        if not self.pending:
+            return False
+        self._held.append((type, payload))
+        return True
 
     def add_usage(self, record: UsageRecord) -> None:
         self._usage.append(record)
@@ -136,21 +177,29 @@ class Checkpointer:
             _make_storable(obj)
         for obj, fields in dirty.items():
             _make_storable(obj, fields)
+        held = self._held
         with transaction.atomic():
             if not durable and connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            if head:
+                # The session row first (lock order: sessions_app/services/lock.py), then the
+                # run's fence, then the rows.
+                Session.objects.filter(id=self.session_id).update(
+                    head_id=head, updated_at=timezone.now()
+                )
+            self.fence()
             if new_messages:
                 Message.objects.bulk_create(new_messages)
             if new_parts:
                 Part.objects.bulk_create(new_parts)
             for obj, fields in dirty.items():
                 type(obj).objects.filter(pk=obj.pk).update(**{f: getattr(obj, f) for f in fields})
-            if head:
-                Session.objects.filter(id=self.session_id).update(
-                    head_id=head, updated_at=timezone.now()
-                )
             record_usage(usage)
+            if held:
+                session_id = self.session_id
+                transaction.on_commit(lambda: _publish(session_id, held))
+        self._held = []
         self._new_messages, self._new_parts = [], []
         self._new_ids = set()
         self._dirty = defaultdict(set)
@@ -159,15 +208,33 @@ class Checkpointer:
         self.writes += 1
 
 
-def write_streamed_texts(texts: list[tuple[str, str]]) -> None:
+def _publish(session_id: str, held: list[tuple[str, dict[str, Any]]]) -> None:
+    for type, payload in held:
+        events.publish(session_id, type, **payload)
+
+
+def write_streamed_texts(texts: list[tuple[str, str, str, int | None]]) -> set[str]:
     """The text streamed so far into parts already written, for every run of a host at once:
     one statement, not a transaction per run. Text only grows while it streams, so a row
     whose text is already as long (a step's own flush got there first) is left alone — the
-    order in which the two land does not matter. Not durable, like ``flush(durable=False)``."""
+    order in which the two land does not matter. Not durable, like ``flush(durable=False)``.
+
+    ``texts``: (part id, text, run id, epoch). Only the texts of executions that still own
+    their runs are written (one fencing statement for all); the others' run ids are
+    returned: those executions lost their runs and must stop."""
     if not texts:
-        return
-    texts = [(part_id, storable(text)) for part_id, text in texts]
+        return set()
     with transaction.atomic(), connection.cursor() as cursor:
+        fenced = {(run_id, epoch) for _, _, run_id, epoch in texts if epoch is not None}
+        live = owned(sorted(fenced))
+        lost = {run_id for run_id, _ in fenced} - live
+        texts = [
+            (part_id, storable(text))
+            for part_id, text, run_id, epoch in texts
+            if epoch is None or run_id in live
+        ]
+        if not texts:
+            return lost
         if connection.vendor == "postgresql":
             cursor.execute("SET LOCAL synchronous_commit TO OFF")
             values = ", ".join(["(%s, %s)"] * len(texts))
@@ -182,3 +249,4 @@ def write_streamed_texts(texts: list[tuple[str, str]]) -> None:
                 "UPDATE sessions_app_part SET text = %s WHERE id = %s AND length(text) < %s",
                 [(text, part_id, len(text)) for part_id, text in texts],
             )
+    return lost

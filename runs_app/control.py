@@ -4,6 +4,7 @@ host's way of running what blocks."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -22,6 +23,12 @@ class RunControl:
     session_id: str
     abort: threading.Event
     lost: threading.Event = field(default_factory=threading.Event)
+    # The lease epoch of this execution (runs_app/fencing.py).
+    epoch: int | None = None
+    # When (``time.monotonic``) the lease was last known extended: set when the run began,
+    # then by each renewal the keeper saw succeed. The keeper stops the run before
+    # ``RUN_LEASE_SECONDS`` can pass since then.
+    renewed_at: float = field(default_factory=time.monotonic)
 
     def stopped(self) -> bool:
         return self.abort.is_set() or self.lost.is_set()

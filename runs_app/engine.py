@@ -41,6 +41,7 @@ from sessions_app.services.revert import changes_summary, cleanup_session, path_
 from . import compaction, lifecycle, output_schema, sandbox
 from .checkpoint import Checkpointer, storable
 from .control import RunControl, RunHostLike
+from .fencing import LeaseLost
 from .models import Run
 from .providers import ProviderError, get_provider
 from .providers.base import Finish, ReasoningDelta, StructuredOutput, TextDelta, ToolCall
@@ -65,8 +66,9 @@ class Aborted(Exception):
     pass
 
 
-class LockLost(Exception):
-    pass
+# The run's lease is gone (the keeper could not renew it in time, or a write found another
+# execution's epoch): not a row more.
+LockLost = LeaseLost
 
 
 class ContextOverflow(Exception):
@@ -96,7 +98,11 @@ class AgentLoop:
         self.provider = get_provider(run.model or self.session.model or settings.AGENT_MODEL)
         self.tools = {t.name: t for t in available_tools()}
         self.snap = snapshots.for_session(self.session)
-        self.writer = Checkpointer(self.session.id)
+        # Every write of this execution is fenced by the epoch ``begin`` gave it.
+        self.epoch: int = run.lease_epoch
+        self.writer = Checkpointer(
+            self.session.id, run_id=run.id, epoch=self.epoch, lost=control.lost.is_set
+        )
         self.mode = run.checkpoint or self.session.checkpoint
         self.history: list[Message] = []
         self.head_id: str | None = self.session.head_id
@@ -125,6 +131,16 @@ class AgentLoop:
         return await self.host.blocking(fn, *args, **kwargs)
 
     def emit(self, type: str, **payload: Any) -> None:
+        """An event about this run's rows: published once they are stored (held for the
+        checkpoint that writes them). ``checkpoint=runs`` stores them only at the end, so
+        there they go out at once, marked ``"stored": false`` (the chat reads the run back
+        when it ends)."""
+        if self.control.lost.is_set():
+            return  # another execution may own the run: it says what happens now
+        if self.mode == Session.Checkpoint.RUNS and self.writer.pending:
+            payload["stored"] = False
+        elif self.writer.hold(type, payload):
+            return
         events.publish(self.session.id, type, **payload)
 
     def new_part(self, message: Message, type: str, **fields: Any) -> Part:
@@ -154,11 +170,18 @@ class AgentLoop:
 
     # -- phases -------------------------------------------------------------------------------
     async def execute(self) -> None:
+        try:
+            await self._execute()
+        except LockLost:
+            # Its end (or its park) was refused: another execution owns the run now.
+            self.control.lost.set()
+            log.warning("run %s lost its lock before its end was recorded", self.run.id)
+
+    async def _execute(self) -> None:
         run = self.run
         status, error = Run.Status.COMPLETED, None
         try:
             self.limits = await self.db(effective_limits, self.session.owner_id)
-            run.status = Run.Status.RUNNING
             self.emit(events.RUN_UPDATED, run=run_data(run))
             self.emit(events.SESSION_STATUS, status="busy", run_id=run.id)
             if run.mode == Run.Mode.COMPACT:
@@ -189,7 +212,9 @@ class AgentLoop:
             status = Run.Status.CANCELLED
         except LockLost:
             # The lease is gone: another worker may hold the session now. Nothing more is
-            # written (not even what is buffered): that worker resumes from the checkpoint.
+            # written (not even what is buffered), its tools are stopped: that worker
+            # resumes from the checkpoint.
+            self.control.lost.set()
             log.warning("run %s lost its lock; it stops without writing", run.id)
             return
         except ProviderError as exc:
@@ -222,7 +247,7 @@ class AgentLoop:
         if prompting and self.session.revert:
             # Rule 1.3 / 3.6: a new prompt confirms a pending revert first.
             self.session = await self.db(
-                cleanup_session, session=self.session, holder_run_id=run.id
+                cleanup_session, session=self.session, holder_run_id=run.id, fence=self.fence
             )
             self.head_id = self.session.head_id
         if run.branch and not run.branch.get("applied"):
@@ -236,10 +261,21 @@ class AgentLoop:
         self.tree = await self.db(self.snap.track)
         return True
 
+    def fence(self) -> None:
+        """Inside a transaction: ``LeaseLost`` unless this execution still owns the run."""
+        self.writer.fence()
+
     def start_prompt(self) -> None:
         """Rule 1.3: interrupt unfinished tools on the path, then write the user message."""
         if self.run.multitask_strategy == "rollback" and self.run.interrupted_run_id:
-            self.roll_back_interrupted()
+            with transaction.atomic():  # with the checkpoint below: fenced together
+                self.roll_back_interrupted()
+                self._start_prompt()
+                self.fence()
+            return
+        self._start_prompt()
+
+    def _start_prompt(self) -> None:
         now = time.time()
         for message in self.history:
             for part in message.loaded_parts:
@@ -760,7 +796,10 @@ class AgentLoop:
         state["time"] = {"start": time.time(), "end": None}
         part.state = state
         self.writer.touch(part, "state")
-        self.emit(events.PART_UPDATED, part=part_data(part))
+        # Live progress, like the output deltas that follow it: shown before it is stored
+        # (the call itself is on record, pending, before any tool of the batch runs).
+        if not self.control.lost.is_set():
+            events.publish(self.session.id, events.PART_UPDATED, part=part_data(part))
         tool = self.tools.get(part.tool)
         if "approval" in state and self.mode != Session.Checkpoint.RUNS:
             # A call run after a decision: "running" is on record before it runs, so a crash
@@ -882,12 +921,14 @@ class AgentLoop:
         close = getattr(self.provider, "aclose", None)
         if close is not None:
             await close()
+        if self.control.lost.is_set():
+            raise LockLost()
         self.run.usage = self.usage
         await self.db(self._record_park)
 
     def _record_park(self) -> None:
         self.writer.flush()
-        lifecycle.park(self.run, usage_added=self.usage_added())
+        lifecycle.park(self.run, epoch=self.epoch, usage_added=self.usage_added())
         self.usage_start = dict(self.usage)
 
     def publish_diff(self, before: str, after: str) -> None:
@@ -898,7 +939,9 @@ class AgentLoop:
         """The session's ``summary`` with its files at ``now``, counted over the path as this
         loop holds it (its rows may not all be written yet): what ``GET …/diff/`` lists."""
         summary = changes_summary(self.snap, path_start(self.history), now)
-        Session.objects.filter(id=self.session.id).update(summary=summary)
+        with transaction.atomic():
+            Session.objects.filter(id=self.session.id).update(summary=summary)
+            self.fence()
         self.session.summary = summary
         return summary
 
@@ -944,23 +987,27 @@ class AgentLoop:
 
     async def finish(self, status: str, error: dict | None) -> None:
         run = self.run
+        if self.control.lost.is_set():
+            # Stopped by its keeper (an abort seen on the way out is not the owner's): the
+            # execution that takes the run over decides how it ends.
+            raise LockLost()
         if status == Run.Status.COMPLETED and run.output_schema:
             # Up to output_schema.MAX_SECONDS of Python: off the loop the other runs share.
             error = await asyncio.to_thread(self.structured_error)
             if error:
                 status = Run.Status.ERROR
-        run.status, run.error = status, error
+        run.error = error
         run.finished_at = timezone.now()
         run.usage = self.usage
         if status == Run.Status.COMPLETED and not run.result:
             run.result = "stop"
-        await self.db(self._record_end)
+        await self.db(self._record_end, status)
 
-    def _record_end(self) -> None:
+    def _record_end(self, status: str) -> None:
         self.writer.flush()
         # The model's structured output and an error's sentence are data too (11.5).
         self.run.output, self.run.error = storable(self.run.output), storable(self.run.error)
-        lifecycle.finish(self.run, usage_added=self.usage_added())
+        lifecycle.finish(self.run, status, epoch=self.epoch, usage_added=self.usage_added())
 
 
 def turn_finished(history: list[Message]) -> bool:

@@ -9,9 +9,15 @@ the events and the abort checks stay on the loop.
 
 One **keeper** task serves every run of the process: it renews all their leases in one
 statement every third of a lease, and reads the abort flags of all of them in one query every
-``RUN_ABORT_POLL_SECONDS`` (aborts also arrive at once through the abort bus). A renewal that
-fails — the lock taken over, or the database away — stops the run it concerns, so no session
-ever has two writers.
+``RUN_ABORT_POLL_SECONDS`` (aborts also arrive at once through the abort bus). Its statements
+run on a thread of their own (``lease-renewer``, with its own connection) that nothing else
+uses: a slow git or a burst of checkpoints in the database threads cannot delay a renewal.
+A renewal that fails — the lock taken over, or the database away — stops the run it
+concerns, and so does a lease not known renewed for ``RUN_LEASE_STOP_FRACTION`` of a lease
+(a renewal that hangs, a process that was stopped): the run stops *before* its lease can
+lapse and the sweep give it to another worker. Should a stopped worker wake up after that,
+every write it tries is refused by the run's lease epoch (runs_app/fencing.py), so no
+session ever has two writers.
 
 Events of the runs are published from this loop (the publisher is bound to it in a worker),
 so a token costs no thread hop on its way out.
@@ -64,6 +70,7 @@ class RunHost:
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread_id = 0
         self.db: concurrent.futures.ThreadPoolExecutor | None = None
+        self.renewer: concurrent.futures.ThreadPoolExecutor | None = None
         self.tools: concurrent.futures.ThreadPoolExecutor | None = None
         self.runs: dict[str, RunControl] = {}
         self._room: asyncio.Semaphore | None = None
@@ -89,6 +96,11 @@ class RunHost:
                 log.warning("%s", reason)
             self.db = concurrent.futures.ThreadPoolExecutor(
                 max_workers=settings.RUN_DB_THREADS, thread_name_prefix="run-db"
+            )
+            # The keeper's own thread: nothing a run does can occupy it (its connection is
+            # one more per process).
+            self.renewer = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="lease-renewer"
             )
             self.tools = concurrent.futures.ThreadPoolExecutor(
                 max_workers=settings.RUN_TOOL_THREADS, thread_name_prefix="run-tool"
@@ -154,7 +166,12 @@ class RunHost:
                 if started.run is None:
                     return
                 run = started.run
-                control = RunControl(run.id, run.session_id, runtime.abort_bus().register(run.id))
+                control = RunControl(
+                    run.id,
+                    run.session_id,
+                    runtime.abort_bus().register(run.id),
+                    epoch=run.lease_epoch,
+                )
                 self.runs[run.id] = control
                 try:
                     with log_context(run_id=run.id, session_id=run.session_id):
@@ -235,17 +252,22 @@ class RunHost:
             for part_id, _ in taken:
                 del self._texts[part_id]
             batch = [
-                (part_id, part.text)
+                (part_id, part.text, control.run_id, control.epoch)
                 for part_id, (part, control) in taken
                 if not control.lost.is_set()
             ]
+            controls = {control.run_id: control for _, (_, control) in taken}
             self._writing = asyncio.ensure_future(self.blocking(write_streamed_texts, batch))
             try:
-                await self._writing
+                lost = await self._writing
             except Exception:  # each step's own flush writes its text whole anyway
                 log.warning("writing the streamed text of %d parts failed", len(batch))
+                lost = set()
             finally:
                 self._writing = None
+            for run_id in lost:  # another execution owns these runs: they stop at once
+                log.warning("run %s: its streamed text was refused (lease epoch)", run_id)
+                controls[run_id].lost.set()
 
     async def _written(self) -> None:
         writing = self._writing
@@ -258,6 +280,8 @@ class RunHost:
         if self.db is None:
             return
         count = settings.RUN_DB_THREADS
+        if self.renewer is not None:
+            concurrent.futures.wait([self.renewer.submit(connection.close)], timeout=15)
         barrier = threading.Barrier(count)
 
         def close() -> None:
@@ -272,9 +296,33 @@ class RunHost:
         concurrent.futures.wait([self.db.submit(close) for _ in range(count)], timeout=15)
 
     # -- the keeper ----------------------------------------------------------------------------
+    async def on_renewer(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the keeper's own thread."""
+        assert self.loop is not None and self.renewer is not None
+        return await self.loop.run_in_executor(
+            self.renewer, functools.partial(_in_db_thread, fn, args, {})
+        )
+
+    def _stop_unrenewed(self, live: dict[str, RunControl]) -> None:
+        """Stop every run whose lease was not known renewed for the stop fraction of a
+        lease: it stops while its lease still holds, before another worker may take it."""
+        limit = settings.RUN_LEASE_SECONDS * settings.RUN_LEASE_STOP_FRACTION
+        now = time.monotonic()
+        for run_id, control in live.items():
+            if not control.lost.is_set() and now - control.renewed_at > limit:
+                log.warning(
+                    "run %s: its lease was not renewed for %.1f s; it stops",
+                    run_id,
+                    now - control.renewed_at,
+                )
+                control.lost.set()
+
     async def _keeper(self) -> None:
         last_renew = last_poll = idle_since = time.monotonic()
         closed = True
+        renewing: asyncio.Future | None = None
+        renewing_since = 0.0
+        renewing_runs: dict[str, RunControl] = {}
         while True:
             renew_every = max(0.2, settings.RUN_LEASE_SECONDS / 3)
             poll_every = settings.RUN_ABORT_POLL_SECONDS
@@ -289,23 +337,37 @@ class RunHost:
             idle_since, closed = time.monotonic(), False
             now = time.monotonic()
             live = dict(self.runs)
-            if now - last_renew >= renew_every:
-                last_renew = now
+            if renewing is not None and renewing.done():
                 try:
-                    held = await self.blocking(
-                        lock.renew_many, [(c.session_id, c.run_id) for c in live.values()]
-                    )
+                    held = renewing.result()
                 except Exception:
                     # Unrenewed leases expire and another worker may take the sessions: stop.
                     log.exception("lease renewal failed: the runs of this process stop")
                     held = set()
-                for run_id, control in live.items():
-                    if run_id not in held:
+                for run_id, control in renewing_runs.items():
+                    if run_id in held:
+                        # Extended from the moment it was asked for, at the latest.
+                        control.renewed_at = max(control.renewed_at, renewing_since)
+                    else:
                         control.lost.set()
-            if now - last_poll >= poll_every:
+                renewing = None
+            if renewing is None and now - last_renew >= renew_every:
+                # Not awaited: a renewal that hangs must not stop the keeper from stopping
+                # the runs whose leases it could not extend (``_stop_unrenewed``).
+                last_renew = renewing_since = now
+                renewing_runs = live
+                renewing = asyncio.ensure_future(
+                    self.on_renewer(
+                        lock.renew_many, [(c.session_id, c.run_id) for c in live.values()]
+                    )
+                )
+            self._stop_unrenewed(live)
+            if now - last_poll >= poll_every and renewing is None:
                 last_poll = now
                 try:
-                    aborted = await self.blocking(_aborted, list(live))
+                    aborted = await asyncio.wait_for(
+                        self.on_renewer(_aborted, list(live)), timeout=renew_every
+                    )
                 except Exception:
                     log.warning("abort poll failed", exc_info=True)
                     aborted = []

@@ -26,8 +26,15 @@
 * ``requeue_expired`` (the sweep every worker and the embedded server run) starts again the
   runs whose worker died, without waiting for the broker's visibility timeout.
 
-The engine runs steps between ``begin`` and ``finish``; services call ``admit`` and
-``finish_unstarted``. Events and task enqueues leave after commit.
+Every change of a run's ``status`` goes through ``move`` and the table ``MOVES`` below: a
+conditional UPDATE (from the states the move leaves, to the one it enters), refused with
+``MoveNotAllowed`` for a pair the table does not hold (tests/test_structure.py checks that no
+other module writes ``status``). ``begin`` and ``end_abandoned`` also start a new lease
+epoch, and ``finish``/``park`` are fenced by the epoch of the execution that calls them
+(runs_app/fencing.py): a worker that lost its run cannot end it.
+
+The engine runs steps between ``begin`` and ``finish``; services call ``admit``,
+``restart`` and ``finish_unstarted``. Events and task enqueues leave after commit.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from sessions_app.selectors import part_data, session_data
 from sessions_app.services import lock
 
 from . import runtime
+from .fencing import LeaseLost
 from .models import Run
 from .selectors import run_data
 
@@ -58,6 +66,59 @@ log = logging.getLogger(__name__)
 
 QUEUED_STRATEGIES = ("enqueue", "interrupt", "rollback")
 STRATEGIES = ("reject", *QUEUED_STRATEGIES)
+
+S = Run.Status
+# (from, to) → the function of this module that makes that move. Nothing else changes a
+# run's status; ``move`` refuses any other pair.
+MOVES: dict[tuple[str, str], str] = {
+    (S.PENDING, S.RUNNING): "begin",
+    (S.PENDING, S.CANCELLED): "finish_unstarted",
+    (S.PENDING, S.ERROR): "finish_unstarted",
+    (S.RUNNING, S.COMPLETED): "finish",
+    (S.RUNNING, S.CANCELLED): "finish, end_abandoned",
+    (S.RUNNING, S.ERROR): "finish, end_abandoned",
+    (S.RUNNING, S.REQUIRES_ACTION): "park",
+    (S.REQUIRES_ACTION, S.PENDING): "resume_decided",
+    (S.REQUIRES_ACTION, S.CANCELLED): "cancel_waiting",
+    # Continue/regenerate in place: a run that ended without completing goes on, same id.
+    (S.CANCELLED, S.PENDING): "restart",
+    (S.ERROR, S.PENDING): "restart",
+}
+RESTARTABLE = (S.CANCELLED, S.ERROR)
+
+
+class MoveNotAllowed(Exception):
+    """A status change the table ``MOVES`` does not hold: a bug, never user input."""
+
+
+def move(
+    run_id: str,
+    from_: str | tuple[str, ...],
+    to: str,
+    *,
+    new_epoch: bool = False,
+    epoch: int | None = None,
+    unless_aborted: bool = False,
+    **fields: object,
+) -> int:
+    """Move ``run_id`` from ``from_`` (one state or several) to ``to``, with ``fields``, in one
+    conditional UPDATE; the number of rows moved (0: it was not in ``from_`` any more, or —
+    given ``epoch`` — another execution owns it: the UPDATE is its own fence). ``new_epoch``:
+    the move starts a new execution (or ends the one that was abandoned): a fenced write of
+    the old execution in flight commits first, and every later one is refused
+    (fencing.py)."""
+    sources = (from_,) if isinstance(from_, str) else tuple(from_)
+    for source in sources:
+        if (source, to) not in MOVES:
+            raise MoveNotAllowed(f"{source} → {to}")
+    rows = Run.objects.filter(id=run_id, status__in=sources)
+    if epoch is not None:
+        rows = rows.filter(lease_epoch=epoch)
+    if unless_aborted:
+        rows = rows.filter(abort_requested=False)
+    if new_epoch:
+        fields["lease_epoch"] = F("lease_epoch") + 1
+    return rows.update(status=to, **fields)
 
 
 def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
@@ -138,9 +199,15 @@ def begin(run_id: str) -> Begun:
             return Begun(None)
         if not lock.claim(run.session_id, run.id):
             return Begun(None)  # queued behind another run: the hand-over enqueues it
-        started = Run.objects.filter(
-            id=run.id, status=Run.Status.PENDING, abort_requested=False
-        ).update(status=Run.Status.RUNNING, started_at=timezone.now(), attempts=1)
+        started = move(
+            run.id,
+            Run.Status.PENDING,
+            Run.Status.RUNNING,
+            new_epoch=True,
+            unless_aborted=True,
+            started_at=timezone.now(),
+            attempts=1,
+        )
         if not started:
             run.refresh_from_db()
             if run.status == Run.Status.PENDING:  # aborted between the two statements
@@ -160,9 +227,12 @@ def begin(run_id: str) -> Begun:
         if run.attempts >= settings.RUN_MAX_ATTEMPTS:
             end_abandoned(run, Run.Status.ERROR, error=crashed_error(run.attempts), claimed=True)
             return Begun(None)
-        if not Run.objects.filter(id=run.id, status=Run.Status.RUNNING).update(
-            attempts=F("attempts") + 1
-        ):
+        # Not a move: running stays running, under a new epoch (the old execution, if it is
+        # only stopped and not dead, is fenced out from here on).
+        taken = Run.objects.filter(id=run.id, status=Run.Status.RUNNING).update(
+            attempts=F("attempts") + 1, lease_epoch=F("lease_epoch") + 1
+        )
+        if not taken:
             # Ended meanwhile (a cancel of the abandoned run): give back the lock just taken.
             with transaction.atomic():
                 locked = lock.lock_session(run.session_id)
@@ -199,8 +269,14 @@ def end_abandoned(
         locked = lock.lock_session(run.session_id)
         if locked.busy_run_id == run.id and lock.is_busy(locked) and not claimed:
             return False
-        updated = Run.objects.filter(id=run.id, status=Run.Status.RUNNING).update(
-            status=status, error=error, finished_at=timezone.now()
+        # A new epoch: an execution that was only stopped, not dead, writes nothing more.
+        updated = move(
+            run.id,
+            Run.Status.RUNNING,
+            status,
+            new_epoch=True,
+            error=error,
+            finished_at=timezone.now(),
         )
         run.refresh_from_db()
         if not updated:
@@ -243,21 +319,29 @@ def _add_usage(locked: Session, added: dict | None) -> None:
         Session.objects.filter(id=locked.id).update(usage=locked.usage)
 
 
-def finish(run: Run, *, usage_added: dict | None = None) -> None:
-    """Record the end of a run that ran (``status``, ``error``, ``result``, ``output``,
-    ``usage``, ``finished_at`` set on ``run``) and hand the session over; ``usage_added``
-    (what this execution used) goes to the session's sum."""
+def finish(run: Run, status: str, *, epoch: int, usage_added: dict | None = None) -> None:
+    """Record the end (``status``) of a run that ran (``error``, ``result``, ``output``,
+    ``usage``, ``finished_at`` set on ``run``) by its execution begun under ``epoch``, and
+    hand the session over; ``usage_added`` (what this execution used) goes to the session's
+    sum. ``LeaseLost`` (nothing written) when another execution owns the run now, or it was
+    ended meanwhile (``end_abandoned``)."""
     with transaction.atomic():
         locked = lock.lock_session(run.session_id)
-        _add_usage(locked, usage_added)
-        Run.objects.filter(id=run.id).update(
-            status=run.status,
+        moved = move(
+            run.id,
+            Run.Status.RUNNING,
+            status,
+            epoch=epoch,
             error=run.error,
             finished_at=run.finished_at,
             usage=run.usage,
             result=run.result,
             output=run.output,
         )
+        if not moved:
+            raise LeaseLost(run.id)
+        run.status = status
+        _add_usage(locked, usage_added)
         _hand_over(run.session_id, run.id, locked)
         events.publish_on_commit(run.session_id, events.RUN_UPDATED, run=run_data(run))
         # The row read under the lock, with this transaction's changes on it: as it commits.
@@ -266,12 +350,20 @@ def finish(run: Run, *, usage_added: dict | None = None) -> None:
         )
 
 
-def park(run: Run, *, usage_added: dict | None = None) -> None:
-    """Record that ``run`` waits for its owner's decisions (its rows already written)."""
+def park(run: Run, *, epoch: int, usage_added: dict | None = None) -> None:
+    """Record that ``run`` waits for its owner's decisions (its rows already written by its
+    execution begun under ``epoch``; ``LeaseLost`` when that one does not own it any more)."""
     with transaction.atomic():
         locked = lock.lock_session(run.session_id)
+        if not move(
+            run.id,
+            Run.Status.RUNNING,
+            Run.Status.REQUIRES_ACTION,
+            epoch=epoch,
+            usage=run.usage,
+        ):
+            raise LeaseLost(run.id)
         _add_usage(locked, usage_added)
-        Run.objects.filter(id=run.id).update(status=Run.Status.REQUIRES_ACTION, usage=run.usage)
         run.status = Run.Status.REQUIRES_ACTION
         lock.park(run.session_id, run.id)
         data = run_data(run)
@@ -285,7 +377,7 @@ def park(run: Run, *, usage_added: dict | None = None) -> None:
 def resume_decided(locked: Session, run: Run) -> None:
     """Under the session row lock: every waiting call of ``run`` is decided; it runs on
     (pending, the session busy again under a fresh lease, a task enqueued after commit)."""
-    Run.objects.filter(id=run.id).update(status=Run.Status.PENDING)
+    move(run.id, Run.Status.REQUIRES_ACTION, Run.Status.PENDING)
     run.status = Run.Status.PENDING
     lock.claim(locked.id, run.id)
     runtime.enqueue_on_commit(run.id)
@@ -298,8 +390,8 @@ def cancel_waiting(run: Run, *, reason: str = "cancelled") -> Run:
     the run ``cancelled``, the session handed over (to a queued run, or idle)."""
     with transaction.atomic():
         locked = lock.lock_session(run.session_id)
-        updated = Run.objects.filter(id=run.id, status=Run.Status.REQUIRES_ACTION).update(
-            status=Run.Status.CANCELLED, finished_at=timezone.now()
+        updated = move(
+            run.id, Run.Status.REQUIRES_ACTION, Run.Status.CANCELLED, finished_at=timezone.now()
         )
         run.refresh_from_db()
         if not updated:
@@ -332,14 +424,29 @@ def finish_unstarted(run: Run, status: str = Run.Status.CANCELLED) -> Run:
     """End a run that never started, handing the session on if it held it."""
     with transaction.atomic():
         locked = lock.lock_session(run.session_id)
-        updated = Run.objects.filter(id=run.id, status=Run.Status.PENDING).update(
-            status=status, finished_at=timezone.now()
-        )
+        updated = move(run.id, Run.Status.PENDING, status, finished_at=timezone.now())
         run.refresh_from_db()
         if updated and locked.busy_run_id == run.id:
             _hand_over(locked.id, run.id)
         events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
     return run
+
+
+def restart(locked: Session, run: Run, **fields: object) -> Run:
+    """Under the session row lock: ``run``, which ended without completing (cancelled,
+    error), goes on in place — the same id back to ``pending`` with ``fields`` (its new
+    branch…), admitted as a new request would be (``admit``: queued, started or refused)."""
+    fields = {
+        "abort_requested": False,
+        "error": None,
+        "result": None,
+        "finished_at": None,
+        **fields,
+    }
+    if not move(run.id, RESTARTABLE, Run.Status.PENDING, **fields):
+        raise MoveNotAllowed(f"{run.id} is not {' or '.join(RESTARTABLE)}")
+    run.refresh_from_db()
+    return admit(locked, run)
 
 
 def _hand_over(session_id: str, run_id: str, locked: Session | None = None) -> str | None:

@@ -24,11 +24,10 @@ class Run(models.Model):
         # no worker (SEMANTICS 8.2).
         REQUIRES_ACTION = "requires_action"
         COMPLETED = "completed"
-        PAUSED = "paused"
         CANCELLED = "cancelled"
         ERROR = "error"
 
-    TERMINAL = {Status.COMPLETED, Status.CANCELLED, Status.ERROR, Status.PAUSED}
+    TERMINAL = {Status.COMPLETED, Status.CANCELLED, Status.ERROR}
 
     id = models.CharField(primary_key=True, max_length=40, default=run_id, editable=False)
     # Indexed by the (session, status, id) index below.
@@ -67,6 +66,9 @@ class Run(models.Model):
     usage = models.JSONField(default=dict, blank=True)
     task_id = models.CharField(max_length=64, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)
+    # Incremented by every execution's ``lifecycle.begin``: each write of an execution is
+    # conditional on the epoch it began under (runs_app/fencing.py).
+    lease_epoch = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(
         "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -40,6 +40,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -51,6 +52,21 @@ from pathlib import Path
 from django.conf import settings
 
 from .git_names import git_refuses
+
+
+def _dead(holder: str) -> bool:
+    """Whether the process ``holder`` ("host pid", from ``index.owner``) is known gone: only
+    a process of this host can be known so."""
+    host, _, pid = holder.partition(" ")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 class SnapshotError(RuntimeError):
@@ -230,8 +246,11 @@ class Snapshots:
         while no loop does) call this: it updates the session's index. Readers use ``peek``.
         ``index``: a scratch index to use instead."""
         self.ensure()
-        if index is None:
-            self._clear_stale_lock()
+        if index is None and not self._claim_index():
+            # A git of another live process holds the session's index (a worker that was
+            # stopped mid-snapshot and lost its run): its lock is never removed from under
+            # it; this snapshot is made in a scratch copy of the index instead.
+            return self.peek()
         self._add_all(index)
         tree = self._git("write-tree", index=index).strip()
         last = self._last_tree()
@@ -338,21 +357,35 @@ class Snapshots:
         if result.code != 1 or unexpected:
             raise SnapshotError(f"git add: {' '.join(unexpected or errors).strip()}")
 
-    def _clear_stale_lock(self, stale_after: float = 30.0) -> None:
-        """Only one writer uses the session's index at a time (the loop that holds the busy
-        lock, or a history move while none does), so an ``index.lock`` that outlives a short
-        wait was left by a git killed mid-write (a worker SIGKILLed): it would fail every
-        snapshot of the session from then on."""
+    def _claim_index(self, stale_after: float = 30.0) -> bool:
+        """Make the session's index ours for a ``track``: ``index.owner`` names this process
+        (host and pid). An ``index.lock`` left by a git that died mid-write (its worker
+        SIGKILLed) would fail every snapshot from then on, so it is removed — but only when
+        its owner is known dead: a process of this host that is gone, this process itself
+        (a git it killed on a timeout), or no owner on record and older than
+        ``stale_after`` (left before owners were recorded). A lock whose owner may be alive
+        (stopped, or on another host) is never removed: False, and the caller snapshots in
+        a scratch index."""
         lock = self.git_dir / "index.lock"
+        owner = self.git_dir / "index.owner"
+        me = f"{socket.gethostname()} {os.getpid()}"
         for _ in range(10):
             try:
                 age = time.time() - lock.stat().st_mtime
             except FileNotFoundError:
-                return
-            if age > stale_after:
+                break
+            try:
+                holder = owner.read_text().strip()
+            except FileNotFoundError:
+                holder = ""
+            if holder == me or (holder and _dead(holder)) or (not holder and age > stale_after):
                 lock.unlink(missing_ok=True)
-                return
+                break
             time.sleep(0.1)
+        else:
+            return False
+        owner.write_text(me)
+        return True
 
     def peek(self) -> str:
         """The worktree's tree now, for a reader that may run beside the loop (the diff view):
@@ -362,7 +395,11 @@ class Snapshots:
         with tempfile.TemporaryDirectory(prefix="peek-") as scratch_dir:
             scratch = os.path.join(scratch_dir, "index")
             try:
-                shutil.copyfile(self.git_dir / "index", scratch)  # the stat cache: fast
+                # The stat cache (fast), with the index's own mtime: git takes an entry
+                # written in the index's second as "racily clean" and hashes it again; a
+                # newer mtime on the copy would make a same-size change within that second
+                # look unchanged.
+                shutil.copy2(self.git_dir / "index", scratch)
             except FileNotFoundError:
                 pass
             return self.track(index=scratch)

@@ -174,3 +174,35 @@ def test_a_stale_index_lock_from_a_killed_git_does_not_break_snapshots(snap):
     (snap.worktree / "a.txt").write_text("two")
     tree = snap.track()
     assert snap._git("cat-file", "-p", f"{tree}:a.txt") == "two"
+
+
+def test_an_index_lock_is_never_removed_from_under_a_live_owner(snap):
+    """Issue 25: a worker stopped (SIGSTOP) in the middle of its ``git add`` still owns the
+    index lock when another worker takes its run over; removing the lock then lets the stopped
+    git, once continued, rename its lock file over the new owner's index. The lock stays;
+    the new worker snapshots in a scratch index (the same tree)."""
+    import os
+    import socket
+    import subprocess
+    import time
+
+    (snap.worktree / "a.txt").write_text("one")
+    snap.track()
+    stopped = subprocess.Popen(["sleep", "30"])
+    try:
+        lock = snap.git_dir / "index.lock"
+        lock.write_text("")
+        old = time.time() - 600
+        os.utime(lock, (old, old))
+        (snap.git_dir / "index.owner").write_text(f"{socket.gethostname()} {stopped.pid}")
+        (snap.worktree / "a.txt").write_text("two")
+        tree = snap.track()
+        assert lock.exists(), "the live owner's lock is left alone"
+        assert snap._git("cat-file", "-p", f"{tree}:a.txt") == "two"
+    finally:
+        stopped.kill()
+        stopped.wait()
+    # Its owner gone, the lock is known stale: removed, and the index is ours again.
+    tree = snap.track()
+    assert not lock.exists()
+    assert (snap.git_dir / "last-tree").read_text() == tree

@@ -211,3 +211,70 @@ def test_the_mode_is_decided_in_one_module():
     }
     elsewhere = {k: v for k, v in elsewhere.items() if v}
     assert not elsewhere, f"ask runs_app.runtime instead: {elsewhere}"
+
+
+def status_writes(path: Path) -> list[tuple[int, str]]:
+    """Places in ``path`` that write a run's ``status``: ``….update(status=…)`` on anything but
+    the Session model (the busy lock's own field, written in lock.py), ``….bulk_update(…,
+    ["status"])``, or ``<run>.status = …`` (a run object's field, saved later)."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            chain = ast.unparse(node.func.value)
+            queryset = "objects" in chain or "filter(" in chain or chain.endswith(("runs", "_set"))
+            if node.func.attr == "update" and any(k.arg == "status" for k in node.keywords):
+                if queryset and "Session" not in chain:  # not a dict's update(), nor lock.py's
+                    found.append((node.lineno, ast.unparse(node)[:80]))
+            if node.func.attr == "bulk_update" and "'status'" in ast.unparse(node):
+                found.append((node.lineno, ast.unparse(node)[:80]))
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets for t in ast.walk(target)]
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr == "status":
+                owner = ast.unparse(target.value)
+                if "session" not in owner.lower() and "locked" not in owner:
+                    found.append((target.lineno, ast.unparse(node)[:80]))
+    return found
+
+
+def test_every_run_status_write_goes_through_the_lifecycle_table():
+    """Issue 25: a run's status changes only in ``runs_app/lifecycle.py`` (its ``move`` and
+    the table ``MOVES``) — every UPDATE of ``status`` in the code, not a list of names."""
+    owner = "runs_app/lifecycle.py"
+    elsewhere = {
+        rel(p): lines
+        for p in sources("sessions_app", "runs_app", "quotas_app")
+        if rel(p) not in (owner, "sessions_app/services/lock.py") and (lines := status_writes(p))
+    }
+    assert not elsewhere, f"change a run's status with lifecycle.move: {elsewhere}"
+    # In the lifecycle itself, the only UPDATE of status is ``move``'s.
+    tree = ast.parse((ROOT / owner).read_text())
+    movers = {
+        fn.name
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.FunctionDef)
+        for node in ast.walk(fn)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "update"
+        and any(k.arg == "status" for k in node.keywords)
+        and "state" not in ast.unparse(node.func.value)  # a part's state dict
+    }
+    assert movers == {"move"}, movers
+
+
+def test_the_lifecycle_table_refuses_a_move_it_does_not_hold():
+    from runs_app.lifecycle import MOVES, MoveNotAllowed, move
+    from runs_app.models import Run
+
+    statuses = set(Run.Status.values)
+    assert "paused" not in statuses, "never set: gone (issue 25)"
+    assert {s for pair in MOVES for s in pair} == statuses
+    for terminal in Run.TERMINAL:
+        assert (terminal, Run.Status.RUNNING) not in MOVES
+    with pytest.raises(MoveNotAllowed):
+        move("run_x", Run.Status.COMPLETED, Run.Status.RUNNING)

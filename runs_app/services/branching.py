@@ -19,11 +19,11 @@ from sessions_app.models import Message, Part
 from sessions_app.selectors import active_path, files_at
 from sessions_app.services import lock
 
-from ..lifecycle import admit
+from ..lifecycle import RESTARTABLE, admit, restart
 from ..models import Run
 from ..transcript import entry_ends
 
-IN_PLACE = {Run.Status.CANCELLED, Run.Status.PAUSED, Run.Status.ERROR}
+IN_PLACE = set(RESTARTABLE)
 
 
 @dataclass(frozen=True)
@@ -183,11 +183,5 @@ def _restart(run: Run, user, branch: dict, strategy: str) -> Run:  # noqa: ANN00
         current = Run.objects.select_for_update().get(id=run.id)
         if current.status not in IN_PLACE:
             raise ConflictError(f"Run {run.id} is {current.status} now; try again.")
-        current.status = Run.Status.PENDING
-        current.branch = branch
-        current.multitask_strategy = strategy
-        current.abort_requested = False
-        current.error = None
-        current.result = None
-        current.finished_at = None
-        return admit(locked, current)  # admit announces the run (run.updated) after commit
+        # admit (in restart) announces the run (run.updated) after commit.
+        return restart(locked, current, branch=branch, multitask_strategy=strategy)

@@ -13,7 +13,7 @@ database and the files never disagree about whether the session is reverted.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import TracebackType
@@ -280,10 +280,15 @@ def cleanup_session(
     session: Session,
     user=None,
     holder_run_id: str | None = None,  # noqa: ANN001
+    fence: Callable[[], None] | None = None,
 ) -> Session:
-    """Rule 3.6. ``holder_run_id``: a prompt run that holds the lock cleans up first (1.3)."""
+    """Rule 3.6. ``holder_run_id``: a prompt run that holds the lock cleans up first (1.3);
+    ``fence`` (that run's execution) raises inside the transaction when the execution does
+    not own its run any more (runs_app/fencing.py): then nothing is cleaned up."""
     with transaction.atomic():
         locked = lock.lock_idle_session(session.id, holder_run_id=holder_run_id)
+        if fence is not None:
+            fence()
         revert = locked.revert
         if not revert:
             return locked

@@ -12,7 +12,7 @@ import httpx
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-TERMINAL = {"completed", "cancelled", "error", "paused"}
+TERMINAL = {"completed", "cancelled", "error"}
 
 
 class Events:

@@ -1,0 +1,245 @@
+"""One writer per run (issue 25, SEMANTICS 12): every write of an execution is conditional on
+the lease epoch it began under, and the keeper renews leases on a thread nothing else uses.
+
+Each test here fails on the code before fencing: there a stale execution's checkpoint, its
+streamed text and its end were written whatever had happened meanwhile, and the keeper's
+renewals queued behind the database threads the runs' git and checkpoints use."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from runs_app import lifecycle
+from runs_app.checkpoint import Checkpointer, write_streamed_texts
+from runs_app.fencing import LeaseLost, fence
+from runs_app.host import host
+from runs_app.models import Run
+from runs_app.services.runs import start_run
+from sessions_app.models import Message, Part, Session
+from sessions_app.services import lock
+from sessions_app.services.sessions import create_session
+
+from .conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _running(owner, script: str = "say hi") -> Run:
+    run = start_run(
+        session=create_session(owner=owner),
+        user=owner,
+        messages=[{"role": "user", "content": script}],
+        defer_enqueue=True,
+    )
+    begun = lifecycle.begin(run.id)
+    assert begun.run is not None and begun.run.status == Run.Status.RUNNING
+    return begun.run
+
+
+def _take_over(run: Run) -> Run:
+    """What the sweep does once the lease of ``run``'s worker lapsed: another execution."""
+    Session.objects.filter(id=run.session_id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    begun = lifecycle.begin(run.id)
+    assert begun.run is not None, "taken over"
+    return begun.run
+
+
+def _message(run: Run) -> Message:
+    message = Message(session_id=run.session_id, run_id=run.id, role="assistant")
+    message.loaded_parts = []
+    return message
+
+
+def test_each_execution_begins_under_a_new_epoch(owner):
+    run = _running(owner)
+    assert run.lease_epoch == 1
+    assert _take_over(run).lease_epoch == 2
+
+
+def test_a_stale_execution_writes_nothing(owner):
+    run = _running(owner)
+    stale = Checkpointer(run.session_id, run_id=run.id, epoch=run.lease_epoch)
+    fresh_run = _take_over(run)
+    fresh = Checkpointer(run.session_id, run_id=run.id, epoch=fresh_run.lease_epoch)
+
+    # A checkpoint of the stale execution: refused whole, the head unmoved.
+    head_before = Session.objects.get(id=run.session_id).head_id
+    message = _message(run)
+    stale.add(message)
+    stale.set_head(message.id)
+    with pytest.raises(LeaseLost):
+        stale.flush()
+    assert not Message.objects.filter(id=message.id).exists()
+    assert Session.objects.get(id=run.session_id).head_id == head_before
+
+    # The owner's checkpoint goes through.
+    mine = _message(run)
+    fresh.add(mine)
+    part = Part(message_id=mine.id, session_id=run.session_id, order=0, type="text", text="a")
+    fresh.add(part)
+    fresh.flush()
+    assert Part.objects.get(id=part.id).text == "a"
+
+    # Streamed text: the stale execution's is left out (and it is told it lost the run).
+    lost = write_streamed_texts([(part.id, "stale text", run.id, run.lease_epoch)])
+    assert lost == {run.id}
+    assert Part.objects.get(id=part.id).text == "a"
+    assert write_streamed_texts([(part.id, "ab", run.id, fresh_run.lease_epoch)]) == set()
+    assert Part.objects.get(id=part.id).text == "ab"
+
+    # Its end and its park: refused, nothing handed over.
+    run.finished_at = timezone.now()
+    with pytest.raises(LeaseLost):
+        lifecycle.finish(run, Run.Status.COMPLETED, epoch=run.lease_epoch)
+    with pytest.raises(LeaseLost):
+        lifecycle.park(run, epoch=run.lease_epoch)
+    stored = Run.objects.get(id=run.id)
+    assert stored.status == Run.Status.RUNNING
+    assert Session.objects.get(id=run.session_id).busy_run_id == run.id
+
+    # The owner ends it.
+    fresh_run.finished_at = timezone.now()
+    lifecycle.finish(fresh_run, Run.Status.COMPLETED, epoch=fresh_run.lease_epoch)
+    assert Run.objects.get(id=run.id).status == Run.Status.COMPLETED
+    assert Session.objects.get(id=run.session_id).busy_run_id is None
+
+
+def test_an_execution_ended_as_abandoned_cannot_write_after(owner):
+    """A cancel of a run whose lease lapsed ends it (``end_abandoned``): its worker, only
+    stopped, may wake up — its writes are refused from then on."""
+    run = _running(owner)
+    Session.objects.filter(id=run.session_id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert lifecycle.end_abandoned(run, Run.Status.CANCELLED)
+    stale = Checkpointer(run.session_id, run_id=run.id, epoch=1)
+    stale.add(_message(run))
+    with pytest.raises(LeaseLost):
+        stale.flush()
+
+
+def test_a_takeover_waits_for_a_fenced_write_in_flight(owner):
+    """``begin`` of a new execution waits for the old one's fenced transaction to commit:
+    the new one then reads everything the old one wrote, and the old one's next write is
+    refused. No write lands after the new execution began."""
+    run = _running(owner)
+    Session.objects.filter(id=run.session_id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    fenced, release, begun_at, committed_at = (
+        threading.Event(),
+        threading.Event(),
+        [0.0],
+        [0.0],
+    )
+
+    def old_execution() -> None:
+        try:
+            with transaction.atomic():
+                fence(run.id, 1)
+                fenced.set()
+                release.wait(5)
+                Message.objects.create(session_id=run.session_id, run_id=run.id, role="assistant")
+            committed_at[0] = time.monotonic()
+        finally:
+            connection.close()
+
+    def new_execution() -> None:
+        try:
+            lifecycle.begin(run.id)
+            begun_at[0] = time.monotonic()
+        finally:
+            connection.close()
+
+    old = threading.Thread(target=old_execution)
+    old.start()
+    assert fenced.wait(5)
+    new = threading.Thread(target=new_execution)
+    new.start()
+    time.sleep(0.3)
+    assert new.is_alive(), "begin waits for the fenced transaction"
+    release.set()
+    old.join(5)
+    new.join(5)
+    assert begun_at[0] >= committed_at[0] > 0
+    assert Run.objects.get(id=run.id).lease_epoch == 2
+    with transaction.atomic(), pytest.raises(LeaseLost):
+        fence(run.id, 1)
+
+
+def test_the_keeper_renews_while_every_database_thread_is_busy(owner, settings):
+    """A slow git (or a burst of checkpoints) holding every database thread of the host must
+    not delay a renewal: the keeper has a thread of its own. On the old code the renewals
+    queued behind them and the lease lapsed under a live run."""
+    settings.RUN_LEASE_SECONDS = 1.5
+    run = start_run(
+        session=create_session(owner=owner),
+        user=owner,
+        messages=[{"role": "user", "content": "wait 4\nsay done"}],
+        defer_enqueue=True,
+    )
+    loop = host.ensure()
+    begun = host.submit(run.id)
+    wait_until(lambda: run.id in host.runs, what="the run live on the host")
+    threads = host.db._max_workers  # noqa: SLF001
+    # Every database thread busy for 4 s (what a slow `git add` does to them).
+    busy = [
+        asyncio.run_coroutine_threadsafe(host.blocking(time.sleep, 4), loop) for _ in range(threads)
+    ]
+    lapsed = []
+    deadline = time.monotonic() + 4
+    while time.monotonic() < deadline:
+        expires = Session.objects.get(id=run.session_id).lease_expires_at
+        if expires is None or expires < timezone.now():
+            lapsed.append(expires)
+        time.sleep(0.1)
+    for future in busy:
+        future.result(timeout=10)
+    begun.finished.result(timeout=30)
+    assert not lapsed, "the lease lapsed while the database threads were busy"
+    assert Run.objects.get(id=run.id).status == Run.Status.COMPLETED
+
+
+def test_a_run_whose_lease_cannot_be_renewed_stops_before_it_lapses(owner, settings, monkeypatch):
+    """A renewal that hangs (the database unreachable, the process starved) must stop the
+    run while its lease still holds, not after another worker may have taken it."""
+    settings.RUN_LEASE_SECONDS = 2.0
+    hung = threading.Event()
+    original = lock.renew_many
+
+    def hanging(held):  # noqa: ANN001, ANN202
+        hung.set()
+        time.sleep(3)
+        return original(held)
+
+    monkeypatch.setattr(lock, "renew_many", hanging)
+    run = start_run(
+        session=create_session(owner=owner),
+        user=owner,
+        messages=[{"role": "user", "content": "wait 5\nsay done"}],
+        defer_enqueue=True,
+    )
+    began = time.monotonic()
+    begun = host.submit(run.id)
+    control = wait_until(lambda: host.runs.get(run.id), what="the run live on the host")
+    wait_until(control.lost.is_set, timeout=10, what="the run stopped")
+    stopped_after = time.monotonic() - began
+    begun.finished.result(timeout=30)
+    assert stopped_after < settings.RUN_LEASE_SECONDS, stopped_after
+    # It wrote nothing more: still running on record, for the sweep to hand over.
+    assert Run.objects.get(id=run.id).status == Run.Status.RUNNING
+    monkeypatch.setattr(lock, "renew_many", original)
+    time.sleep(3)  # the hung renewal ends before the next test uses the keeper's thread
+    Session.objects.filter(id=run.session_id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert lifecycle.end_abandoned(Run.objects.get(id=run.id), Run.Status.CANCELLED)
