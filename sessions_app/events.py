@@ -1,7 +1,10 @@
 """The one place events are named, numbered and published.
 
-Every event is ``{"type", "session_id", "seq", ...}``; ``seq`` increases per session (see
-``_next_seq``).
+Every event is ``{"type", "session_id", "seq", "prev", ...}``: ``seq`` increases per session;
+``prev`` is the ``seq`` of the session's event published just before it, whichever process
+published that one (null when it is not known: the session's first event, or a counter lost),
+so a client that last saw another number knows it missed events and re-reads the database
+(see ``_number``). Numbers are not consecutive (``seq`` is about the publishing time in µs).
 
 Publishing goes through one long-lived asyncio loop per process: group sends awaited inside
 one loop cost a fraction of ``async_to_sync(group_send)`` per call. Text deltas are coalesced
@@ -21,6 +24,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,7 +94,8 @@ class Publisher:
         self._pid = 0
         self._queue: asyncio.Queue | None = None
         self._layer: Any = None
-        self._seq: dict[str, int] = {}
+        self._seq: dict[str, int] = {}  # session → its last seq (layers without reserve_seqs)
+        self._unsure: set[str] = set()  # sessions whose events were lost before being numbered
         self._pending: dict[str, dict[str, _PendingDelta]] = {}
         self._last_sent: dict[str, float] = {}
         self._scheduled: set[str] = set()
@@ -256,17 +261,44 @@ class Publisher:
         # consumer observes it when it sends the event to its socket: sessions_app/metrics).
         self._queue.put_nowait((session_id, type, payload, time.time()))
 
-    def _next_seq(self, session_id: str) -> int:
-        # Microseconds since the epoch, bumped to stay strictly increasing in this process.
-        # No round trip per event: a session's events come from the process holding its lock
-        # (other processes publish only between runs, milliseconds apart), so on one clock
-        # (one machine, or NTP-synced ones) the numbers increase across processes too, and
-        # across restarts.
-        seq = max(self._seq.get(session_id, 0) + 1, time.time_ns() // 1000)
-        self._seq[session_id] = seq
-        if len(self._seq) > 10_000:
-            self._seq = {session_id: seq}
-        return seq
+    async def _number(self, session_ids: list[str]) -> list[tuple[int | None, int]]:
+        """``(prev, seq)`` for each of these events, in order. Where several processes
+        publish to a session (the web process's moves and approvals, the worker holding its
+        run), one counter in Redis numbers them all: the channel layer's ``reserve_seqs``, one
+        round trip per batch. A layer without it (the in-memory one: one process) is numbered
+        here. ``seq`` stays about the publishing time in µs (at least now, bumped to increase).
+        A batch lost before it was numbered (Redis away) leaves no trace in the counter: the
+        next event of each of its sessions then says ``prev`` null (unknown)."""
+        counts = Counter(session_ids)
+        now = time.time_ns() // 1000
+        reserve = getattr(self._get_layer(), "reserve_seqs", None)
+        if reserve is None:
+            starts = {sid: self._reserve_here(sid, n, now) for sid, n in counts.items()}
+        else:
+            try:
+                got = await reserve({group_name(sid): n for sid, n in counts.items()}, now)
+            except Exception:
+                if len(self._unsure) < 10_000:
+                    self._unsure.update(counts)
+                raise
+            starts = {sid: got[group_name(sid)] for sid in counts}
+        for sid in self._unsure.intersection(counts):
+            starts[sid] = (None, starts[sid][1])
+            self._unsure.discard(sid)
+        out = []
+        for sid in session_ids:
+            prev, seq = starts[sid]
+            out.append((prev, seq))
+            starts[sid] = (seq, seq + 1)
+        return out
+
+    def _reserve_here(self, session_id: str, count: int, now: int) -> tuple[int | None, int]:
+        prev = self._seq.get(session_id)
+        first = max((prev or 0) + 1, now)
+        if len(self._seq) >= 10_000:  # bounded; a forgotten session's next prev is null
+            self._seq.clear()
+        self._seq[session_id] = first + count - 1
+        return prev, first
 
     async def _sender(self) -> None:
         """Sends what is queued, a batch at a time: every event queued while the previous
@@ -288,33 +320,35 @@ class Publisher:
                 await asyncio.sleep(SEND_LINGER)
             while not queue.empty() and len(batch) < SEND_BATCH:
                 batch.append(queue.get_nowait())
-            messages, marks = [], []
-            for item in batch:
-                if item[0] == "__mark__":
-                    marks.append(item[1])
-                    continue
-                session_id, type, payload, at = item
-                event = {
-                    "type": type,
-                    "session_id": session_id,
-                    "seq": self._next_seq(session_id),
-                    **payload,
-                }
-                messages.append(
-                    (
-                        group_name(session_id),
-                        {
-                            "type": "session.event",
-                            "text": json.dumps(event, default=str),
-                            "at": at,
-                        },
-                    )
-                )
-            window_count += len(messages)
+            marks = [item[1] for item in batch if item[0] == "__mark__"]
+            items = [item for item in batch if item[0] != "__mark__"]
+            window_count += len(items)
             try:
+                numbers = await self._number([item[0] for item in items]) if items else []
+                messages = []
+                for (session_id, type, payload, at), (prev, seq) in zip(
+                    items, numbers, strict=True
+                ):
+                    event = {
+                        "type": type,
+                        "session_id": session_id,
+                        "seq": seq,
+                        "prev": prev,
+                        **payload,
+                    }
+                    messages.append(
+                        (
+                            group_name(session_id),
+                            {
+                                "type": "session.event",
+                                "text": json.dumps(event, default=str),
+                                "at": at,
+                            },
+                        )
+                    )
                 await self._send(messages)
-            except Exception:  # a lost event is recoverable: clients re-read the database
-                log.exception("publishing %d events failed", len(messages))
+            except Exception:  # a lost event is recoverable: the next one's prev tells clients
+                log.exception("publishing %d events failed", len(items))
             for mark in marks:
                 mark.set()
 

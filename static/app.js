@@ -3,6 +3,12 @@
 // a delta that starts past what we have is a gap (text not yet fetched) and triggers a
 // refetch; one that ends before it is a duplicate and is dropped.
 //
+// Every event says which event of the session came before it (`prev`, the `seq` of that one):
+// when that is not the last one applied, events were missed, and the chat reads again what
+// the database holds. So it does after a reconnect, and once when a run ends: streamed text
+// that was never stored (its worker crashed) goes, and what is shown is what a reload shows.
+// Only what differs from the stored state is drawn again, and the scroll position stays.
+//
 // Rendering is incremental: every message and part carries a version; a render (at most one
 // a frame) rebuilds only the messages whose version, or what their look depends on, changed,
 // and a streaming text part grows in place (renderInto keeps its finished blocks). Only the
@@ -27,6 +33,7 @@ let session = null; // the session as the API shows it (status, revert, summary)
 let ready = false;
 let buffered = [];
 let refetchTimer = null;
+let lastSeq = null; // `seq` of the last event of the session applied (null: none on this socket)
 let children = new Map(); // parent id ("" for roots) -> visible child ids, oldest first
 let checkpoints = new Map(); // message id -> {run_id, index, kind, run_status}
 const openTools = new Set(); // tool cards the user opened (kept across renders)
@@ -173,6 +180,137 @@ function scheduleRefetch(delay = 250) {
     }
     render();
   }, delay);
+}
+
+// -- what the database holds -------------------------------------------------------------
+// A resync reads the session and the newest page of messages and shows them. "Exact" (when
+// no run streams, or a run just ended): what the database does not hold goes and what it
+// holds differently is replaced. While a run streams, the fetched state is merged (streamed
+// text may be ahead of the stored text). Objects live events changed since the resync was
+// asked for (a next run streaming already) are merged, not replaced.
+const LIVE = ["busy", "waiting"];
+let resyncTimer = null;
+let resyncWanted = false;
+let resyncFinal = false;
+let touched = null; // ids live events changed since a resync was asked for ("session" too)
+
+function scheduleResync(final = false, delay = 100) {
+  resyncWanted = true;
+  resyncFinal ||= final;
+  touched ||= new Set();
+  if (!resyncTimer) resyncTimer = setTimeout(runResync, delay);
+}
+
+async function runResync() {
+  if (reloadTimer) { resyncTimer = setTimeout(runResync, 200); return; } // a reload is on: after it
+  const sid = sessionId;
+  while (resyncWanted) {
+    resyncWanted = false;
+    const final = resyncFinal;
+    resyncFinal = false;
+    const seen = touched;
+    touched = new Set();
+    let fresh, page;
+    try {
+      [fresh, page] = await Promise.all([call("GET", api("/")), call("GET", api("/messages/"))]);
+    } catch {
+      resyncWanted = true;
+      resyncFinal ||= final;
+      resyncTimer = setTimeout(runResync, 1000); // the server is away (a restart): try again
+      return;
+    }
+    if (sid !== sessionId) break;
+    for (const id of touched) seen.add(id);
+    const exact = final || (!LIVE.includes(fresh.status) && !LIVE.includes(currentStatus));
+    let changed = applyStored(page, exact, seen);
+    if (!seen.has("session") && stable(fresh) !== stable(session)) {
+      // A session event was missed (its status, head or revert).
+      setSession(fresh);
+      setStatus(fresh.status);
+      changed = true;
+      if (fresh.head_message_id && !order.includes(fresh.head_message_id)) scheduleReload(0);
+    }
+    if (changed) render();
+  }
+  resyncTimer = null;
+  touched = null;
+}
+
+function stable(value) {
+  // JSON with the keys of objects sorted: two equal objects give the same text.
+  return JSON.stringify(value, (k, v) => (v && typeof v === "object" && !Array.isArray(v)
+    ? Object.fromEntries(Object.keys(v).sort().map((key) => [key, v[key]])) : v));
+}
+
+function messageDiffers(known, m) {
+  const look = (x) => stable([x.role, x.parent_id, x.completed_at, x.error, x.run_id, x.tokens || {}]);
+  return look(known) !== look(m);
+}
+
+function partDiffers(known, p, merge) {
+  if (p.truncated && known.truncated === false) return false; // the reader asked for it whole
+  for (const [key, value] of Object.entries(p)) {
+    if (merge && key === "text" && typeof known.text === "string" && typeof value === "string"
+        && known.text.startsWith(value)) continue; // live deltas are ahead of the stored text
+    if (merge && key === "state" && known.state && value) {
+      const { output: a, ...restKnown } = known.state;
+      const { output: b, ...restStored } = value;
+      if (stable(restKnown) === stable(restStored) && (a || "").startsWith(b || "")) continue;
+    }
+    if (stable(known[key]) !== stable(value)) return true;
+  }
+  return false;
+}
+
+function dropMessage(id) {
+  const m = messages.get(id);
+  for (const pid of m ? m.partIds : []) { parts.delete(pid); partNodes.delete(pid); }
+  messages.delete(id);
+}
+
+function applyStored(page, exact, keep) {
+  // Whether anything shown changed. Only what differs gets a new version (and is drawn again).
+  const list = page.results;
+  const ids = list.map((m) => m.id);
+  const start = ids.length ? order.indexOf(ids[0]) : 0;
+  if (start < 0) {
+    // The stored path does not meet what is shown (another branch): shown as a reload shows it.
+    if (exact) { forgetAll(); olderPage = page.previous; }
+    const added = addPage(list);
+    if (exact) order = added;
+    return true;
+  }
+  let changed = false;
+  const stored = new Set(ids);
+  for (const m of list) {
+    const known = messages.get(m.id);
+    if (!known || messageDiffers(known, m)) { upsertMessage({ ...m, parts: [] }); changed = true; }
+    for (const p of m.parts) {
+      const merge = !exact || keep.has(p.id);
+      const kp = parts.get(p.id);
+      if (kp && !partDiffers(kp, p, merge)) continue;
+      if (!merge) parts.delete(p.id); // replaced by the stored part, not merged with it
+      upsertPart(p, merge);
+      changed = true;
+    }
+    if (!exact) continue;
+    // The parts as stored, in their order; those the database does not hold (streamed,
+    // never stored) go.
+    const msg = messages.get(m.id);
+    const have = new Set(m.parts.map((p) => p.id));
+    for (const pid of msg.partIds) {
+      if (!have.has(pid) && !keep.has(pid)) { parts.delete(pid); partNodes.delete(pid); }
+    }
+    const next = [...have, ...msg.partIds.filter((pid) => !have.has(pid) && keep.has(pid))];
+    if (next.join() !== msg.partIds.join()) { msg.partIds = next; msg.v = ++seq; changed = true; }
+  }
+  if (exact) {
+    const after = order.slice(start).filter((id) => !stored.has(id));
+    for (const id of after) if (!keep.has(id)) dropMessage(id);
+    const next = [...order.slice(0, start), ...ids, ...after.filter((id) => keep.has(id))];
+    if (next.join() !== order.join()) { order = next; changed = true; }
+  }
+  return changed;
 }
 
 let reloadTimer = null;
@@ -326,7 +464,22 @@ const PATH_EVENTS = new Set([
   "message.removed", "message.part.removed",
 ]);
 
+function noteSeq(ev) {
+  // A `prev` other than the last `seq` applied: events were missed (or came out of order).
+  if (ev.type === "subscribed") { lastSeq = null; return; }
+  if (typeof ev.seq !== "number") return;
+  if (touched) {
+    for (const id of [ev.message_id, ev.part_id, ev.message?.id, ev.part?.id, ev.part?.message_id]) {
+      if (id) touched.add(id);
+    }
+    if (ev.type.startsWith("session.")) touched.add("session");
+  }
+  if (lastSeq !== null && ev.prev !== undefined && ev.prev !== lastSeq) scheduleResync();
+  lastSeq = lastSeq === null ? ev.seq : Math.max(lastSeq, ev.seq);
+}
+
 function handle(ev) {
+  noteSeq(ev);
   // While the path is being reloaded its events are left out: the reload, or the merge
   // refetch after it, has them.
   if (reloadTimer && PATH_EVENTS.has(ev.type)) { missedEvents = true; return; }
@@ -382,7 +535,9 @@ function handle(ev) {
     }
     case "run.updated":
       if (ev.run.status === "error" && ev.run.error) showError(ev.run.error.message);
-      if (["completed", "cancelled", "error", "paused"].includes(ev.run.status)) {
+      if (["completed", "cancelled", "error"].includes(ev.run.status)) {
+        // Everything the run stored is committed before this event: show exactly that.
+        scheduleResync(true, 0);
         refreshTree();
         loadBudget();
         if (regenerating && ev.run.mode === "regenerate") setTimeout(regenerateOutcome, 400);
@@ -1056,7 +1211,7 @@ function connect() {
 async function restart() {
   for (let attempt = 0; attempt < 30; attempt++) {
     try {
-      await start();
+      await start(true);
       return;
     } catch {
       await new Promise((r) => setTimeout(r, Math.min(5000, 500 * 2 ** attempt)));
@@ -1160,12 +1315,17 @@ function showTitle() {
   }
 }
 
-async function start() {
+async function start(again = false) {
   // The session and the newest page of messages come first and are shown at once; the tree
   // (branches, checkpoints: slower on a long session), the models and the panels follow.
+  // Again (the socket reopened): what is shown is kept where the database agrees with it.
   const sid = sessionId;
-  const [fresh] = await Promise.all([call("GET", api("/")), loadMessages(false)]);
+  const [fresh, page] = await Promise.all([
+    call("GET", api("/")),
+    again && order.length ? call("GET", api("/messages/")) : loadMessages(false),
+  ]);
   if (sid !== sessionId) return;
+  if (page) applyStored(page, !LIVE.includes(fresh.status), new Set());
   setSession(fresh);
   showTitle();
   setStatus(session.status);

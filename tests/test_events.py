@@ -88,3 +88,121 @@ def test_events_of_a_rolled_back_transaction_are_never_sent(monkeypatch):
         events.publish_on_commit("ses_x", events.SESSION_UPDATED, session={})
         assert sent == []
     assert sent == [("ses_x", events.SESSION_UPDATED, {"session": {}})]
+
+
+async def test_each_event_names_the_one_before_it(settings):
+    """``prev`` is the ``seq`` of the session's previous event (null for its first), across
+    frames, deltas and other events: a client that last saw another number missed some."""
+    settings.STREAM_FRAME_MS = 20
+    sid, other = session_id(), session_id()
+    layer, channel = await _subscribe(sid)
+    events.publish(sid, events.SESSION_STATUS, status="busy", run_id="run_x")
+    events.publish(other, events.SESSION_STATUS, status="busy", run_id="run_y")  # its own count
+    for i in range(12):
+        events.publish_delta(sid, message_id="m", part_id="p", offset=i, text="x", reasoning=False)
+        if i % 4 == 3:
+            await asyncio.sleep(0.03)
+    events.publish(sid, events.PART_UPDATED, part={"id": "p", "text": "x" * 12})
+    events.publish(sid, events.RUN_UPDATED, run={"id": "run_x", "status": "completed"})
+    got = await _receive_until(layer, channel, events.RUN_UPDATED)
+    assert len(got) >= 5 and {e["session_id"] for e in got} == {sid}
+    assert got[0]["prev"] is None, "a session's first event has no predecessor"
+    for before, event in zip(got, got[1:], strict=False):
+        assert event["prev"] == before["seq"] < event["seq"]
+
+
+@pytest.fixture
+def second_publisher():
+    """A publisher as another process has one: its own loop, layer and memory."""
+    publisher = events.Publisher()
+    yield publisher
+    loop = publisher._loop
+    if loop is not None:
+
+        async def cancel_tasks() -> None:
+            for task in asyncio.all_tasks():
+                if task is not asyncio.current_task():
+                    task.cancel()
+
+        asyncio.run_coroutine_threadsafe(cancel_tasks(), loop).result(5)
+        loop.call_soon_threadsafe(loop.stop)
+
+
+async def test_every_process_continues_the_sessions_one_sequence(settings, second_publisher):
+    """The web process and a worker publish to one session: one counter (in Redis) numbers
+    both, so ``prev`` chains across them, and a counter Redis lost says ``prev`` null."""
+    layer, _ = await _subscribe(session_id())
+    if not hasattr(layer, "reserve_seqs"):
+        pytest.skip("the in-memory layer: one process numbers every event")
+    import redis
+
+    sid = session_id()
+    layer, channel = await _subscribe(sid)
+    web, worker = events.publisher, second_publisher
+    for i in range(6):
+        (web if i % 2 else worker).publish(sid, events.SESSION_STATUS, {"status": f"s{i}"})
+        await asyncio.to_thread((web if i % 2 else worker).flush)
+    got = [json.loads((await layer.receive(channel))["text"]) for _ in range(6)]
+    assert [e["status"] for e in got] == [f"s{i}" for i in range(6)]
+    for before, event in zip(got, got[1:], strict=False):
+        assert event["prev"] == before["seq"] < event["seq"]
+
+    prefix = settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"]
+    redis.Redis.from_url(settings.REDIS_URL).delete(f"{prefix}__seq__{events.group_name(sid)}")
+    worker.publish(sid, events.SESSION_STATUS, {"status": "after"})
+    after = json.loads((await layer.receive(channel))["text"])
+    assert after["prev"] is None and after["seq"] > got[-1]["seq"]
+
+
+class _FakeLayer:
+    """A channel layer that records what is sent; ``reserve_seqs`` (a shared counter) fails
+    ``failures`` times (Redis away) when ``shared``."""
+
+    def __init__(self, shared: bool) -> None:
+        self.sent: list[dict] = []
+        self.failures = 0
+        self.counter: dict[str, int] = {}
+        if shared:
+            self.reserve_seqs = self._reserve
+
+    async def _reserve(self, counts, now_us):  # noqa: ANN001, ANN202
+        if self.failures:
+            self.failures -= 1
+            raise ConnectionError("Redis is away")
+        out = {}
+        for group, n in counts.items():
+            last = self.counter.get(group)
+            out[group] = (last, max((last or 0) + 1, now_us + 1))
+            self.counter[group] = out[group][1] + n - 1
+        return out
+
+    async def group_send(self, group, message):  # noqa: ANN001, ANN202
+        self.sent.append(json.loads(message["text"]))
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["redis-counter", "in-process"])
+def test_events_lost_before_numbering_make_the_next_prev_unknown(shared, second_publisher):
+    publisher = second_publisher
+    publisher._ensure_loop()
+    layer = publisher._layer = _FakeLayer(shared)
+    sid = session_id()
+
+    def publish(status: str) -> None:
+        publisher.publish(sid, events.SESSION_STATUS, {"status": status})
+        assert publisher.flush()
+
+    publish("one")
+    publish("two")
+    layer.failures = 1 if shared else 0
+    if shared:
+        publish("lost")  # Redis away: numbered nowhere, sent nowhere
+    publish("three")
+    publish("four")
+    got = {e["status"]: e for e in layer.sent}
+    assert list(got) == ["one", "two", "three", "four"]
+    assert got["one"]["prev"] is None and got["two"]["prev"] == got["one"]["seq"]
+    if shared:
+        assert got["three"]["prev"] is None, "the client cannot tell what it missed: it re-reads"
+    else:
+        assert got["three"]["prev"] == got["two"]["seq"]
+    assert got["four"]["prev"] == got["three"]["seq"] > got["two"]["seq"]

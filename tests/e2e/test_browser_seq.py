@@ -1,0 +1,109 @@
+"""Shown is stored (issue 25, point 2), in Debian's Chromium against the real stack: the chat
+notices missed events by their ``prev`` and reads the database again, and when a run ends it
+shows what the database holds — a streamed tail that was never stored goes. Either way the
+chat then shows what a reload shows."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sessions_app import events
+from sessions_app.ids import message_id, part_id
+
+from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
+
+# What the reader sees of each message: its role and the text of its parts.
+SHOWN = """() => [...document.querySelectorAll('#messages .msg')].map((m) => [
+  m.classList.contains('user') ? 'user' : 'assistant',
+  [...m.querySelectorAll('.text, .reasoning, details.tool > summary')].map((e) => e.textContent),
+])"""
+
+
+def answer(page, text: str) -> None:
+    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === {text!r}", timeout=40_000)
+    wait_idle(page)
+
+
+def as_a_reload_shows(page) -> list:
+    """The messages a fresh page of the same session shows."""
+    fresh = page.context.new_page()
+    fresh.goto(page.url)
+    wait_idle(fresh)
+    fresh.wait_for_function("() => document.querySelectorAll('#messages .msg').length > 0")
+    shown = fresh.evaluate(SHOWN)
+    fresh.close()
+    return shown
+
+
+def test_missed_events_are_noticed_by_prev_and_the_chat_reads_the_database(page, server, tmp_path):
+    # Every event but session.status is dropped on its way to the page (a lossy path), for
+    # one run: only the numbers of the status events tell the chat that it missed some.
+    dropping = {"on": False}
+    dropped: list[str] = []
+
+    def lossy(ws) -> None:  # noqa: ANN001 - Playwright's WebSocketRoute
+        server_side = ws.connect_to_server()
+
+        def from_server(message: str | bytes) -> None:
+            event = json.loads(message)
+            if dropping["on"] and event.get("type") not in ("session.status", "subscribed"):
+                dropped.append(event["type"])
+                return
+            ws.send(message)
+
+        server_side.on_message(from_server)
+        ws.on_message(server_side.send)
+
+    page.route_web_socket(re.compile(r"/ws/sessions/"), lossy)
+    login(page, server)
+    new_session(page)
+    send(page, "say the first answer")
+    answer(page, "the first answer")
+    # The first turn's nodes: a chat that shows the stored state again only where it differs
+    # keeps them (no flicker).
+    page.evaluate("() => { document.querySelector('#messages .msg.user').__kept = true; }")
+    page.evaluate("() => { window.scrollTo(0, 0); }")
+
+    dropping["on"] = True
+    send(page, "say the second answer")
+    answer(page, "the second answer")
+    assert {"message.updated", "run.updated", "text-delta"} <= set(dropped), dropped
+    page.wait_for_function(
+        "() => document.querySelectorAll('#messages .msg').length === 4", timeout=10_000
+    )
+    assert page.evaluate(SHOWN) == as_a_reload_shows(page)
+    assert page.evaluate("() => document.querySelector('#messages .msg.user').__kept === true")
+    page.screenshot(path=str(tmp_path / "chat-after-refetch.png"), full_page=True)
+
+
+def test_a_streamed_tail_the_database_never_got_goes_when_the_run_ends(page, server):
+    login(page, server)
+    sid = new_session(page)
+    send(page, "say what was stored")
+    answer(page, "what was stored")
+    stored_answer = page.evaluate(
+        "() => [...document.querySelectorAll('#messages .msg.assistant')].pop().dataset.messageId"
+    )
+    run = page.request.get(f"{server.url}/api/sessions/{sid}/runs/").json()
+    run = (run["results"] if isinstance(run, dict) else run)[-1]
+
+    # A worker streams text it never stores (it crashes before the checkpoint): a part of the
+    # stored answer and a message of its own; then the run ends, as the sweep ends it.
+    ghost_message = message_id()
+    for mid in (stored_answer, ghost_message):
+        events.publish_delta(
+            sid, message_id=mid, part_id=part_id(), offset=0, text="GHOST tail", reasoning=False
+        )
+    assert events.publisher.flush()
+    page.wait_for_function(
+        "() => document.getElementById('messages').textContent.split('GHOST tail').length === 3"
+    )
+    events.publish(sid, events.RUN_UPDATED, run={**run, "status": "error"})
+    assert events.publisher.flush()
+    page.wait_for_function(
+        "() => !document.getElementById('messages').textContent.includes('GHOST')",
+        timeout=10_000,
+    )
+    assert page.evaluate(SHOWN) == as_a_reload_shows(page)
+    assert page.locator("#messages .msg").count() == 2
