@@ -10,6 +10,8 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from django.conf import settings
+
 T = TypeVar("T")
 
 
@@ -32,6 +34,12 @@ class RunControl:
 
     def stopped(self) -> bool:
         return self.abort.is_set() or self.lost.is_set()
+
+    def lease_stale(self) -> bool:
+        """The lease was not known renewed for the stop fraction of a lease: the keeper will
+        stop the run at its next tick; whoever asks first stops it now."""
+        limit = settings.RUN_LEASE_SECONDS * settings.RUN_LEASE_STOP_FRACTION
+        return time.monotonic() - self.renewed_at > limit
 
 
 class RunHostLike(Protocol):

@@ -121,7 +121,10 @@ class AgentLoop:
         return self.control.stopped()
 
     def check(self) -> None:
-        if self.control.lost.is_set():
+        if self.control.lost.is_set() or self.control.lease_stale():
+            # Also when the keeper has not said so yet: a process that was stopped past its
+            # lease wakes up here, before its next tool, write or event.
+            self.control.lost.set()
             raise LockLost()
         if self.control.abort.is_set():
             raise Aborted()
@@ -605,6 +608,12 @@ class AgentLoop:
     def close_step(
         self, message: Message, index: int, before: str, *, ran_tools: bool, finished: bool
     ) -> None:
+        if self.control.lost.is_set() or self.control.lease_stale():
+            # It lost the run: no snapshot, no row (another worker may be running git on the
+            # session's index right now). Raised from a step's error handler, this replaces
+            # the error: the run stops without writing.
+            self.control.lost.set()
+            raise LockLost()
         try:
             after = self.snap.track() if ran_tools else before
             changed = self.snap.patch(before, after) if after != before else []
@@ -836,6 +845,8 @@ class AgentLoop:
             self.interrupt(part, reason="cancelled")
             raise Aborted() from exc
         except ToolError as exc:
+            if self.control.lost.is_set():
+                raise LockLost() from exc  # stopped because it lost the run: not a line more
             if self.aborted():
                 # Left unfinished on purpose: resume decides (recall or interrupt), rule 1.5.
                 raise Aborted() from exc

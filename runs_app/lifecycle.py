@@ -128,7 +128,7 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
     run limit of the owner's quota: 429, nothing saved — ``quotas_app.services.admit_run``,
     which locks the owner's row after the session's)."""
     strategy = run.multitask_strategy
-    busy = lock.is_busy(locked) and locked.busy_run_id != run.id
+    busy = held_by_another(locked, run.id)
     if busy and strategy not in QUEUED_STRATEGIES:
         raise SessionBusyError()
     if busy and strategy in ("interrupt", "rollback"):
@@ -173,6 +173,19 @@ def active_runs(user_id: int, exclude: str = "") -> int:
     )
 
 
+def held_by_another(session: Session, run_id: str) -> bool:
+    """Whether another run holds ``session``: its lease is live, or it lapsed while that run
+    has not ended (its worker died or was stopped: the sweep starts it again, and the session
+    is its own until it ends — a new run that took it would run beside the old one, and jump
+    the runs queued behind it)."""
+    holder = session.busy_run_id
+    if not holder or holder == run_id:
+        return False
+    if lock.is_busy(session):
+        return True
+    return Run.objects.filter(id=holder).exclude(status__in=Run.TERMINAL).exists()
+
+
 def _waiting(run_id: str) -> bool:
     return Run.objects.filter(id=run_id, status=Run.Status.REQUIRES_ACTION).exists()
 
@@ -197,7 +210,7 @@ def begin(run_id: str) -> Begun:
         if run.abort_requested:
             finish_unstarted(run)
             return Begun(None)
-        if not lock.claim(run.session_id, run.id):
+        if held_by_another(run.session, run.id) or not lock.claim(run.session_id, run.id):
             return Begun(None)  # queued behind another run: the hand-over enqueues it
         started = move(
             run.id,
@@ -485,9 +498,10 @@ def requeue_expired() -> list[str]:
     for session_id, run_id in stale:
         run = Run.objects.filter(id=run_id).only("status").first()
         if run is None or run.is_terminal:
-            with transaction.atomic():
-                lock.lock_session(session_id)
-                lock.hand_over(session_id, run_id, None)
+            with transaction.atomic():  # to the oldest queued run, if one waits
+                locked = lock.lock_session(session_id)
+                if locked.busy_run_id == run_id:
+                    _hand_over(session_id, run_id, locked)
             continue
         runtime.enqueue(run_id)
         requeued.append(run_id)

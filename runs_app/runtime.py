@@ -73,7 +73,19 @@ def enqueue(run_id: str) -> object:
 
 
 def enqueue_on_commit(run_id: str) -> None:
-    transaction.on_commit(lambda: enqueue(run_id))
+    """``enqueue`` once the transaction commits. A broker that cannot take the task now
+    (Redis restarting) does not fail the request that stored the run: the run holds the
+    session's busy lock with a lease, and the lease sweep starts it once that lapses."""
+
+    def send() -> None:
+        try:
+            enqueue(run_id)
+        except Exception as exc:
+            log.warning(
+                "run %s: could not enqueue it now (%s); the lease sweep starts it", run_id, exc
+            )
+
+    transaction.on_commit(send)
 
 
 def abort_bus() -> buses.AbortBus:

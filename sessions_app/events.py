@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 SEND_BATCH = 500  # events a Redis round trip carries at most
 BUSY_PER_100MS = 100  # above this many events in 100 ms, a batch lingers SEND_LINGER first
 SEND_LINGER = 0.003
+SEND_RETRY_SECONDS = 15.0  # a batch that Redis refuses is tried again this long
 
 SESSION_STATUS = "session.status"
 SESSION_UPDATED = "session.updated"
@@ -323,34 +324,52 @@ class Publisher:
             marks = [item[1] for item in batch if item[0] == "__mark__"]
             items = [item for item in batch if item[0] != "__mark__"]
             window_count += len(items)
-            try:
-                numbers = await self._number([item[0] for item in items]) if items else []
-                messages = []
-                for (session_id, type, payload, at), (prev, seq) in zip(
-                    items, numbers, strict=True
-                ):
-                    event = {
-                        "type": type,
-                        "session_id": session_id,
-                        "seq": seq,
-                        "prev": prev,
-                        **payload,
-                    }
-                    messages.append(
-                        (
-                            group_name(session_id),
-                            {
-                                "type": "session.event",
-                                "text": json.dumps(event, default=str),
-                                "at": at,
-                            },
-                        )
-                    )
-                await self._send(messages)
-            except Exception:  # a lost event is recoverable: the next one's prev tells clients
-                log.exception("publishing %d events failed", len(items))
+            await self._send_items(items)
             for mark in marks:
                 mark.set()
+
+    async def _send_items(self, items: list[tuple]) -> None:
+        """Number and send ``items``; a Redis that is away (restarting) is tried again for up
+        to ``SEND_RETRY_SECONDS``, so the events of that moment arrive late rather than
+        never (each try numbers them anew: a counter Redis lost makes ``prev`` null, and the
+        clients re-read)."""
+        deadline = time.monotonic() + SEND_RETRY_SECONDS
+        delay = 0.05
+        while True:
+            try:
+                await self._number_and_send(items)
+                return
+            except Exception as exc:
+                if time.monotonic() + delay > deadline:
+                    # Lost: the next event's ``prev`` tells the clients to re-read.
+                    log.exception("publishing %d events failed", len(items))
+                    return
+                log.warning("publishing %d events failed (%s); trying again", len(items), exc)
+                await asyncio.sleep(delay)
+                delay = min(1.0, delay * 2)
+
+    async def _number_and_send(self, items: list[tuple]) -> None:
+        numbers = await self._number([item[0] for item in items]) if items else []
+        messages = []
+        for (session_id, type, payload, at), (prev, seq) in zip(items, numbers, strict=True):
+            event = {
+                "type": type,
+                "session_id": session_id,
+                "seq": seq,
+                "prev": prev,
+                **payload,
+            }
+            messages.append(
+                (
+                    group_name(session_id),
+                    {
+                        "type": "session.event",
+                        "text": json.dumps(event, default=str),
+                        "at": at,
+                    },
+                )
+            )
+        await self._send(messages)
 
     async def _send(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         if not messages:

@@ -181,11 +181,14 @@ class _FakeLayer:
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["redis-counter", "in-process"])
-def test_events_lost_before_numbering_make_the_next_prev_unknown(shared, second_publisher):
+def test_events_lost_before_numbering_make_the_next_prev_unknown(
+    shared, second_publisher, monkeypatch
+):
     publisher = second_publisher
     publisher._ensure_loop()
     layer = publisher._layer = _FakeLayer(shared)
     sid = session_id()
+    monkeypatch.setattr(events, "SEND_RETRY_SECONDS", 0.5)
 
     def publish(status: str) -> None:
         publisher.publish(sid, events.SESSION_STATUS, {"status": status})
@@ -193,15 +196,22 @@ def test_events_lost_before_numbering_make_the_next_prev_unknown(shared, second_
 
     publish("one")
     publish("two")
-    layer.failures = 1 if shared else 0
     if shared:
-        publish("lost")  # Redis away: numbered nowhere, sent nowhere
+        layer.failures = 1
+        publish("late")  # Redis away a moment: tried again, sent late (prev unknown)
+        layer.failures = 1000
+        publish("lost")  # Redis away past SEND_RETRY_SECONDS: numbered nowhere, sent nowhere
+        layer.failures = 0
     publish("three")
     publish("four")
     got = {e["status"]: e for e in layer.sent}
-    assert list(got) == ["one", "two", "three", "four"]
+    expected = (
+        ["one", "two", "late", "three", "four"] if shared else ["one", "two", "three", "four"]
+    )
+    assert list(got) == expected
     assert got["one"]["prev"] is None and got["two"]["prev"] == got["one"]["seq"]
     if shared:
+        assert got["late"]["prev"] is None, "after a failure the client re-reads"
         assert got["three"]["prev"] is None, "the client cannot tell what it missed: it re-reads"
     else:
         assert got["three"]["prev"] == got["two"]["seq"]

@@ -243,3 +243,35 @@ def test_a_run_whose_lease_cannot_be_renewed_stops_before_it_lapses(owner, setti
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
     assert lifecycle.end_abandoned(Run.objects.get(id=run.id), Run.Status.CANCELLED)
+
+
+def test_a_lapsed_lease_of_a_run_not_ended_still_holds_its_session(owner):
+    """Found by the chaos test: a new prompt took a session whose run's worker had been
+    stopped past its lease — the old run then ran beside the new one (no new epoch fenced
+    it out) and the new run jumped the queue. The session stays that run's until the sweep
+    has started it again and it ended."""
+    from sessions_app.errors import SessionBusyError
+
+    run = _running(owner)
+    session = Session.objects.get(id=run.session_id)
+    Session.objects.filter(id=session.id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    with pytest.raises(SessionBusyError):
+        start_run(session=session, user=owner, messages=[{"role": "user", "content": "x"}])
+    queued = start_run(
+        session=session,
+        user=owner,
+        messages=[{"role": "user", "content": "y"}],
+        multitask_strategy="enqueue",
+        defer_enqueue=True,
+    )
+    assert Session.objects.get(id=session.id).busy_run_id == run.id
+    assert lifecycle.begin(queued.id).run is None, "a stray delivery does not take it"
+    assert Run.objects.get(id=queued.id).status == Run.Status.PENDING
+    # The sweep takes the old run over; when it ends, the queued one gets the session.
+    taken = lifecycle.begin(run.id).run
+    assert taken is not None and taken.lease_epoch == 2
+    taken.finished_at = timezone.now()
+    lifecycle.finish(taken, Run.Status.COMPLETED, epoch=taken.lease_epoch)
+    assert Session.objects.get(id=session.id).busy_run_id == queued.id
