@@ -1,5 +1,8 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
-sandbox, snapshots, abort, fork, load, render, quota.
+sandbox, snapshots, abort, fork, load, render, quota, chaos.
+
+``chaos`` (the chaos test at length: ``--minutes``, 30 by default) runs only when named with
+``--only``; the others run by default.
 
 Sets up a private environment (database ``agentplat_bench``, Redis db 5, free ports, a temp
 workspace), runs the selected benchmarks, prints each result beside its floor or baseline with
@@ -32,7 +35,10 @@ BENCHES = (
     "sandbox",
     "render",
     "quota",
+    "chaos",
 )
+# Run only when named (``--only chaos``): half an hour of faults.
+ON_REQUEST = ("chaos",)
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -334,8 +340,14 @@ def main(argv: list[str] | None = None) -> int:
         help="use a throw-away PostgreSQL cluster (auto: when the shared "
         "server lacks free connections for the streaming run)",
     )
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=30.0,
+        help="chaos: minutes of faults (default 30; --quick: 3)",
+    )
     args = parser.parse_args(argv)
-    selected = [b for b in BENCHES if not args.only or b in args.only]
+    selected = [b for b in BENCHES if (b in args.only if args.only else b not in ON_REQUEST)]
     runs = args.runs or (200 if args.quick else 1000)
 
     need = 2 * args.sessions + 20  # loop connection + short heartbeat visits, with margin
@@ -392,6 +404,13 @@ def main(argv: list[str] | None = None) -> int:
 
             r = memory.run(env, runs=runs, clients=args.clients)
             _record(results, printed, "memory", r, report_memory(r))
+        if "chaos" in selected:
+            minutes = 3.0 if args.quick else args.minutes
+            print(f"bench: chaos ({minutes:g} minutes of faults) ...", flush=True)
+            from . import chaos
+
+            r = chaos.run(env, quick=args.quick, minutes=args.minutes)
+            _record(results, printed, "chaos", r, chaos.report(r))
         for name, what, module, needs_env in SIMPLE:
             if name not in selected:
                 continue

@@ -51,7 +51,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from quotas_app import services as quotas
-from sessions_app import events, metrics, models_catalog
+from sessions_app import events, metrics, models_catalog, snapshots
 from sessions_app.errors import SessionBusyError
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import part_data, session_data
@@ -294,6 +294,7 @@ def end_abandoned(
         run.refresh_from_db()
         if not updated:
             return False
+        _close_open_step(run, locked)
         if status == Run.Status.ERROR:
             _end_unfinished(run, error or {})
         if locked.busy_run_id == run.id:
@@ -301,6 +302,55 @@ def end_abandoned(
         events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
         events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
     return True
+
+
+def _close_open_step(run: Run, session: Session) -> None:
+    """The step a dead execution left open (a ``step-start``, no ``step-finish``) ends as an
+    abort's would (SEMANTICS 1.7): its ``step-finish``, interrupted, with the files as they
+    are now, and the ``patch`` of what the step changed — else what its tools did before the
+    worker died would be in the worktree and in no snapshot (a revert would lose it)."""
+    message = (
+        Message.objects.filter(run_id=run.id, role=Message.Role.ASSISTANT).order_by("-id").first()
+    )
+    if message is None:
+        return
+    parts = list(Part.objects.filter(message=message).order_by("order"))
+    if any(p.type == Part.Type.STEP_FINISH for p in parts):
+        return
+    start = next((p for p in parts if p.type == Part.Type.STEP_START), None)
+    before = (start.data or {}).get("snapshot") if start else None
+    if not before:
+        return
+    snap = snapshots.for_session(session)
+    try:
+        after = snap.track()
+        changed = snap.patch(before, after) if after != before else []
+    except snapshots.SnapshotError:
+        log.exception("run %s: the files of its open step could not be recorded", run.id)
+        return
+    order = parts[-1].order + 1
+    step = (start.data or {}).get("step", 0)
+    made = [
+        Part(
+            message=message,
+            session_id=run.session_id,
+            order=order,
+            type=Part.Type.STEP_FINISH,
+            data={"snapshot": after, "step": step, "interrupted": True},
+        )
+    ]
+    if changed:
+        made.append(
+            Part(
+                message=message,
+                session_id=run.session_id,
+                order=order + 1,
+                type=Part.Type.PATCH,
+                data={"snapshot": before, "files": changed},
+            )
+        )
+    for part in Part.objects.bulk_create(made):
+        events.publish_on_commit(run.session_id, events.PART_UPDATED, part=part_data(part))
 
 
 def _end_unfinished(run: Run, error: dict) -> None:

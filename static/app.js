@@ -221,7 +221,8 @@ async function runResync() {
     }
     if (sid !== sessionId) break;
     for (const id of touched) seen.add(id);
-    const exact = final || (!LIVE.includes(fresh.status) && !LIVE.includes(currentStatus));
+    // No run holds the session: what it stored is all there is (live objects merged).
+    const exact = final || !LIVE.includes(fresh.status);
     let changed = applyStored(page, exact, seen);
     if (!seen.has("session") && stable(fresh) !== stable(session)) {
       // A session event was missed (its status, head or revert).
@@ -464,7 +465,20 @@ const PATH_EVENTS = new Set([
   "message.removed", "message.part.removed",
 ]);
 
+// A run in progress and no event for QUIET_MS: its last events may be lost (its worker was
+// killed between storing them and publishing them; no later event will show a `prev` gap).
+// Read the session again — once per quiet period.
+const QUIET_MS = 10000;
+let lastEventAt = Date.now();
+setInterval(() => {
+  if (!sessionId || !LIVE.includes(currentStatus) || resyncTimer) return;
+  if (Date.now() - lastEventAt < QUIET_MS) return;
+  lastEventAt = Date.now();
+  scheduleResync();
+}, 2000);
+
 function noteSeq(ev) {
+  lastEventAt = Date.now();
   // A `prev` other than the last `seq` applied: events were missed (or came out of order).
   if (ev.type === "subscribed") { lastSeq = null; return; }
   if (typeof ev.seq !== "number") return;

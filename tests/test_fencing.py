@@ -275,3 +275,28 @@ def test_a_lapsed_lease_of_a_run_not_ended_still_holds_its_session(owner):
     taken.finished_at = timezone.now()
     lifecycle.finish(taken, Run.Status.COMPLETED, epoch=taken.lease_epoch)
     assert Session.objects.get(id=session.id).busy_run_id == queued.id
+
+
+def test_a_run_ended_as_abandoned_records_what_its_open_step_did_to_the_files(owner):
+    """Found by the chaos test: a worker killed between a tool and its step's snapshot, then
+    the run cancelled, left the tool's change in the worktree and in no snapshot (a revert
+    would lose it). Ending it closes the open step as an abort would (SEMANTICS 1.7)."""
+    from sessions_app import snapshots
+
+    run = _running(owner)
+    session = Session.objects.get(id=run.session_id)
+    snap = snapshots.for_session(session)
+    before = snap.track()
+    step = Message.objects.create(session=session, run_id=run.id, role="assistant")
+    Part.objects.create(
+        message=step, session=session, order=0, type="step-start", data={"snapshot": before}
+    )
+    (session.worktree / "made.txt").write_text("by a tool before the worker died\n")
+    Session.objects.filter(id=session.id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    assert lifecycle.end_abandoned(run, Run.Status.CANCELLED)
+    finish = Part.objects.get(message=step, type="step-finish")
+    assert finish.data["interrupted"] and finish.data["snapshot"] == snap.track() != before
+    patch = Part.objects.get(message=step, type="patch")
+    assert patch.data == {"snapshot": before, "files": ["made.txt"]}

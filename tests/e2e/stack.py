@@ -138,6 +138,55 @@ class Processes:
                 proc.kill()
 
 
+class PrivateRedis:
+    """A redis-server of the test's own on a free port, nothing persisted (``--save ""
+    --appendonly no``): a test may kill and restart it (broker, channel layer and abort bus
+    all lost at once) without touching the suite's shared Redis, which other tests use."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.proc: subprocess.Popen | None = None
+        self.restarts = 0
+
+    def url(self, db: int = 0) -> str:
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+    def start(self) -> PrivateRedis:
+        self.proc = subprocess.Popen(
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        wait_for_port(self.port, self.proc)
+        return self
+
+    def stop(self) -> None:
+        """SIGKILL (what a crash does: nothing written, nothing flushed to clients)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+    def restart(self, down_seconds: float = 1.0) -> None:
+        """Gone (every key, every subscription, every queued task) and back empty, on the
+        same port, after ``down_seconds``."""
+        self.stop()
+        time.sleep(down_seconds)
+        self.start()
+        self.restarts += 1
+
+
 def services_database_url() -> str:
     """The test database as a URL for the subprocesses; services mode is required."""
     import pytest
@@ -159,8 +208,8 @@ class ServicesServer:
         from urllib.parse import urlparse
 
         self.tmp = tmp
-        self.redis_port = free_port() if private_redis else None
-        self.redis: subprocess.Popen | None = None
+        self.redis = PrivateRedis() if private_redis else None
+        self.redis_port = self.redis.port if self.redis else None
         self.tmp.mkdir(parents=True, exist_ok=True)
         base = urlparse(os.environ["DATABASE_URL"])
         self.db_name = f"agentplat_ui_{uuid.uuid4().hex[:10]}"
@@ -188,35 +237,14 @@ class ServicesServer:
     def manage(self, *args: str) -> str:
         return manage(self.env, *args)
 
-    def _start_redis(self) -> None:
-        self.redis = subprocess.Popen(
-            [
-                "redis-server",
-                "--port",
-                str(self.redis_port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        wait_for_port(self.redis_port, self.redis)
-
     def restart_redis(self, down_seconds: float = 1.0) -> None:
         """Redis gone (SIGKILL: every key, group membership included) and back empty."""
-        self.redis.kill()
-        self.redis.wait(10)
-        time.sleep(down_seconds)
-        self._start_redis()
+        assert self.redis is not None, "ServicesServer(private_redis=True) only"
+        self.redis.restart(down_seconds)
 
     def start(self) -> ServicesServer:
-        if self.redis_port:
-            self._start_redis()
+        if self.redis is not None:
+            self.redis.start()
         self._admin_sql(f'CREATE DATABASE "{self.db_name}"')
         self.manage("migrate", "-v0")
         self.manage("ensure_demo_user")
@@ -244,9 +272,8 @@ class ServicesServer:
 
     def stop(self) -> None:
         self.procs.stop()
-        if self.redis is not None and self.redis.poll() is None:
-            self.redis.kill()
-            self.redis.wait(10)
+        if self.redis is not None:
+            self.redis.stop()
         self._admin_sql(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
 
 

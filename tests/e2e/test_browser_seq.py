@@ -107,3 +107,37 @@ def test_a_streamed_tail_the_database_never_got_goes_when_the_run_ends(page, ser
     )
     assert page.evaluate(SHOWN) == as_a_reload_shows(page)
     assert page.locator("#messages .msg").count() == 2
+
+
+def test_a_run_whose_last_events_never_came_is_read_again_after_a_quiet_while(page, server):
+    """A worker killed between storing a run's end and publishing it leaves no later event
+    whose ``prev`` could show the gap: the chat, showing a run in progress and hearing
+    nothing for ``QUIET_MS`` (10 s), reads the session again and shows what it holds."""
+    dropping = {"on": False}
+
+    def silent(ws) -> None:  # noqa: ANN001 - Playwright's WebSocketRoute
+        server_side = ws.connect_to_server()
+
+        def from_server(message: str | bytes) -> None:
+            event = json.loads(message)
+            if dropping["on"] and event.get("type") != "subscribed":
+                # Everything after the run's start: as if its worker died after committing.
+                if not (event.get("type") == "session.status" and event.get("status") == "busy"):
+                    return
+            ws.send(message)
+
+        server_side.on_message(from_server)
+        ws.on_message(server_side.send)
+
+    page.route_web_socket(re.compile(r"/ws/sessions/"), silent)
+    login(page, server)
+    new_session(page)
+    send(page, "say the first answer")
+    answer(page, "the first answer")
+    dropping["on"] = True
+    send(page, "pace 0\nsay the silent answer")
+    page.wait_for_function(
+        f"() => ({LAST_ASSISTANT_TEXT})() === 'the silent answer'", timeout=30_000
+    )
+    wait_idle(page)
+    assert page.evaluate(SHOWN) == as_a_reload_shows(page)
