@@ -305,3 +305,19 @@ def test_a_session_model_longer_than_its_column_is_a_400(world):
         assert response.json()["error"]["type"] == "ValidationError"
     created = api.post("/api/sessions/", {"model": "openai:" + "m" * 5000}, format="json")
     assert created.status_code == 400, created.content
+
+
+def test_a_database_gone_under_a_request_answers_503_in_the_error_shape(api, monkeypatch):
+    """Found by the chaos test: a PostgreSQL backend killed under a request answered 500;
+    nothing was committed and the client may try again: 503 with Retry-After."""
+    from django.db import OperationalError
+
+    from sessions_app.api import views
+
+    def gone(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise OperationalError("terminating connection due to administrator command")
+
+    monkeypatch.setattr(views, "sessions_for_user", gone)
+    answer = api.get("/api/sessions/")
+    assert answer.status_code == 503 and answer["Retry-After"] == "1"
+    assert answer.json()["error"]["type"] == "ServiceUnavailable"

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig, SuspiciousOperation
+from django.db import InterfaceError, OperationalError
 from django.http import Http404, JsonResponse
 from django.views.defaults import bad_request, page_not_found, server_error
 from rest_framework import exceptions
@@ -92,6 +93,15 @@ def _error_response(exc: Exception) -> Response | None:
     if isinstance(exc, exceptions.APIException):
         name = exc.__class__.__name__
         return Response(error_body(name, _first_message(exc.detail)), status=exc.status_code)
+    if isinstance(exc, OperationalError | InterfaceError):
+        # The database went away under the request (a restart, a killed connection): nothing
+        # of it was committed; the client may try again (Django drops the broken connection).
+        log.warning("database unavailable during %s", exc.__class__.__name__)
+        return Response(
+            error_body("ServiceUnavailable", "The database is not reachable now; try again."),
+            status=503,
+            headers={"Retry-After": "1"},
+        )
     return None
 
 
