@@ -113,7 +113,7 @@ def test_a_run_whose_last_events_never_came_is_read_again_after_a_quiet_while(pa
     """A worker killed between storing a run's end and publishing it leaves no later event
     whose ``prev`` could show the gap: the chat, showing a run in progress and hearing
     nothing for ``QUIET_MS`` (10 s), reads the session again and shows what it holds."""
-    dropping = {"on": False}
+    dropping = {"on": False, "armed": False}
 
     def silent(ws) -> None:  # noqa: ANN001 - Playwright's WebSocketRoute
         server_side = ws.connect_to_server()
@@ -121,10 +121,11 @@ def test_a_run_whose_last_events_never_came_is_read_again_after_a_quiet_while(pa
         def from_server(message: str | bytes) -> None:
             event = json.loads(message)
             if dropping["on"] and event.get("type") != "subscribed":
-                # Everything after the run's start: as if its worker died after committing.
-                if not (event.get("type") == "session.status" and event.get("status") == "busy"):
-                    return
+                return  # as if the worker died after committing: no later event, no gap
             ws.send(message)
+            if dropping["armed"] and event.get("type") == "session.status":
+                # The chat knows the run is under way; everything after it is lost.
+                dropping["on"] = event.get("status") == "busy"
 
         server_side.on_message(from_server)
         ws.on_message(server_side.send)
@@ -134,7 +135,7 @@ def test_a_run_whose_last_events_never_came_is_read_again_after_a_quiet_while(pa
     new_session(page)
     send(page, "say the first answer")
     answer(page, "the first answer")
-    dropping["on"] = True
+    dropping["armed"] = True
     send(page, "pace 0\nsay the silent answer")
     page.wait_for_function(
         f"() => ({LAST_ASSISTANT_TEXT})() === 'the silent answer'", timeout=30_000
