@@ -57,3 +57,11 @@ class QuotaExceeded(AppError):
     def __init__(self, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class TooManyWaits(AppError):
+    """A user already holds the most requests that wait for their runs to end (``wait: true``,
+    ``RUN_WAITS_PER_USER_MAX``): 429, and the run is not started."""
+
+    status_code = 429
+    type = "TooManyWaits"

@@ -27,9 +27,10 @@ from sessions_app.models import Share
 from sessions_app.selectors import session_data
 from sessions_app.services import sharing
 
+from .. import waits
 from ..models import Run
 from ..runtime import enqueue
-from ..selectors import checkpoint_timeline, run_data, run_for_user, session_runs, stored_run
+from ..selectors import checkpoint_timeline, run_data, run_for_user, session_runs
 from ..services import approvals, branching, export, importing
 from ..services import fork as fork_services
 from ..services import runs as run_services
@@ -50,15 +51,11 @@ from .serializers import (
     TranscriptEntryOut,
     TranscriptQueryIn,
 )
+from .waiting import Waitable, answer
 
-# ``wait``: 200 with the finished run; otherwise 202 with the run just admitted.
+# ``wait``: 200 with the finished run (``waiting.answer``); otherwise 202 with the run just
+# admitted.
 RUN_ANSWERS = {200: RunOut, 202: RunOut}
-
-
-def _answer(run: Run, wait: bool) -> Response:
-    if wait:
-        return Response(run_data(run_services.wait_for_run(run)), status=status.HTTP_200_OK)
-    return Response(run_data(run), status=status.HTTP_202_ACCEPTED)
 
 
 def _sse(event: str, data: str) -> bytes:
@@ -66,22 +63,28 @@ def _sse(event: str, data: str) -> bytes:
 
 
 async def _stream_run(session_id: str, run_id: str) -> AsyncIterator[bytes]:
-    """Subscribe first, then start the run, so no event of it is missed."""
+    """Subscribe first, then start the run, so no event of it is missed. No thread and no
+    database connection is held between the run's events (``waits``)."""
+    waits.release_request_thread()
     layer = get_channel_layer()
     channel = await layer.new_channel()
     group = events.group_name(session_id)
     await layer.group_add(group, channel)
+    # One receive at a time, never cancelled by the keep-alive's timeout: a cancelled receive
+    # unsubscribes the channel (channels_redis), and events in the gap would be lost.
+    receiving: asyncio.Future | None = None
     try:
         await sync_to_async(enqueue, thread_sensitive=False)(run_id)
         while True:
-            try:
-                message = await asyncio.wait_for(layer.receive(channel), timeout=15)
-            except TimeoutError:
-                run = await sync_to_async(stored_run)(run_id)
-                if run.is_terminal:
+            if receiving is None:
+                receiving = asyncio.ensure_future(layer.receive(channel))
+            if not (await asyncio.wait({receiving}, timeout=15))[0]:
+                stored = await waits.stored_status(run_id)
+                if stored is None or stored in Run.TERMINAL:  # ended (or gone)
                     break
                 yield b": keep-alive\n\n"
                 continue
+            message, receiving = receiving.result(), None
             text = message.get("text", "{}")
             event = json.loads(text)
             yield _sse(event.get("type", "message"), text)
@@ -91,13 +94,14 @@ async def _stream_run(session_id: str, run_id: str) -> AsyncIterator[bytes]:
                 and event["run"].get("status") in Run.TERMINAL
             ):
                 break
-        run = await sync_to_async(stored_run)(run_id)
-        yield _sse("run", json.dumps(run_data(run)))
+        yield _sse("run", json.dumps(await waits.stored_run(run_id)))
     finally:
+        if receiving is not None:
+            receiving.cancel()
         await layer.group_discard(group, channel)
 
 
-class SessionRunViewSet(SessionScopedViewSet):
+class SessionRunViewSet(Waitable, SessionScopedViewSet):
     # The run moves on one session: its runs, a streamed run, abort, checkpoints, fork.
 
     @extend_schema(parameters=[RunsQueryIn], responses={200: RunOut(many=True)})
@@ -112,8 +116,11 @@ class SessionRunViewSet(SessionScopedViewSet):
         session = self.get_object()
         args = self.body(RunIn)
         wait = args.pop("wait")
-        run = run_services.start_run(session=session, user=request.user, **args)
-        return _answer(run, wait)
+        return answer(
+            request,
+            wait,
+            lambda: run_services.start_run(session=session, user=request.user, **args),
+        )
 
     @extend_schema(request=RunStreamIn, responses={(200, "text/event-stream"): OpenApiTypes.STR})
     def stream(self, request: Request, session_id: str) -> StreamingHttpResponse:
@@ -156,7 +163,7 @@ class SessionRunViewSet(SessionScopedViewSet):
         return Response(session_data(fork), status=status.HTTP_201_CREATED)
 
 
-class RunViewSet(ApiViewSet):
+class RunViewSet(Waitable, ApiViewSet):
     # ``/api/runs/{run_id}/``: one run of the caller's.
 
     def get_object(self) -> Run:
@@ -195,14 +202,18 @@ class RunViewSet(ApiViewSet):
         run = self.get_object()
         args = self.body(ContinueIn)
         wait = args.pop("wait")
-        return _answer(branching.continue_run(run=run, user=request.user, **args), wait)
+        return answer(
+            request, wait, lambda: branching.continue_run(run=run, user=request.user, **args)
+        )
 
     @extend_schema(request=RegenerateIn, responses=RUN_ANSWERS)
     def regenerate(self, request: Request, run_id: str) -> Response:
         run = self.get_object()
         args = self.body(RegenerateIn)
         wait = args.pop("wait")
-        return _answer(branching.regenerate_run(run=run, user=request.user, **args), wait)
+        return answer(
+            request, wait, lambda: branching.regenerate_run(run=run, user=request.user, **args)
+        )
 
 
 class SharedForkViewSet(ApiViewSet):

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding
@@ -96,16 +97,38 @@ class StrictJSONParser(JSONParser):
 
 
 class NulGuardMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+    """Sync and async: under ASGI a middleware that is only synchronous would put every
+    request (a ``wait: true`` one for minutes) on a thread of its own."""
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        if iscoroutinefunction(get_response):
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if iscoroutinefunction(self):
+            return self.__acall__(request)
+        return self._refusal(request) or self.get_response(request)
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        if request.content_type in FORMS:
+            # Parsing a form (an upload) reads its body: on a thread, not on the loop.
+            refusal = await sync_to_async(self._refusal)(request)
+        else:
+            refusal = self._refusal(request)
+        return refusal or await self.get_response(request)
+
+    @staticmethod
+    def _refusal(request: HttpRequest) -> HttpResponse | None:
         query = request.META.get("QUERY_STRING", "")
         bad = "\x00" in request.path or b"\x00" in unquote_to_bytes(query)
         if not bad and request.content_type in FORMS:
             bad = any("\x00" in v for _, values in request.POST.lists() for v in values)
-        if bad:
-            if request.path.startswith("/api/"):
-                return JsonResponse(error_body("ValidationError", MESSAGE), status=400)
-            return HttpResponse(MESSAGE, status=400, content_type="text/plain; charset=utf-8")
-        return self.get_response(request)
+        if not bad:
+            return None
+        if request.path.startswith("/api/"):
+            return JsonResponse(error_body("ValidationError", MESSAGE), status=400)
+        return HttpResponse(MESSAGE, status=400, content_type="text/plain; charset=utf-8")
