@@ -28,11 +28,6 @@ def session_runs(session: Session, *, replaced: bool = False) -> list[Run]:
     return list(runs)
 
 
-def stored_run(run_id: str) -> Run:
-    """The run as stored now, for a caller that already holds it (no authorization)."""
-    return Run.objects.get(id=run_id)
-
-
 def _branch_data(branch: dict | None) -> dict | None:
     if not branch:
         return None

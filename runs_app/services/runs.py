@@ -118,6 +118,9 @@ def abort_session(*, session: Session) -> Run | None:
 
 
 def wait_for_run(run: Run, *, timeout: float = 600.0) -> Run:
+    """Block (polling the database) until ``run`` ends or waits for its owner: for scripts,
+    management commands and tests. The API's ``wait: true`` never does this: it waits on the
+    run's events holding no thread and no connection (``runs_app.waits``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         run.refresh_from_db()
