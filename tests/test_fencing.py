@@ -31,13 +31,18 @@ from .conftest import wait_until
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _running(owner, script: str = "say hi") -> Run:
-    run = start_run(
+def _submitted(owner, script: str) -> Run:
+    """A run admitted in a new session of ``owner``, not handed to any executor yet."""
+    return start_run(
         session=create_session(owner=owner),
         user=owner,
         messages=[{"role": "user", "content": script}],
         defer_enqueue=True,
     )
+
+
+def _running(owner, script: str = "say hi") -> Run:
+    run = _submitted(owner, script)
     begun = lifecycle.begin(run.id)
     assert begun.run is not None and begun.run.status == Run.Status.RUNNING
     return begun.run
@@ -181,12 +186,7 @@ def test_the_keeper_renews_while_every_database_thread_is_busy(owner, settings):
     not delay a renewal: the keeper has a thread of its own. On the old code the renewals
     queued behind them and the lease lapsed under a live run."""
     settings.RUN_LEASE_SECONDS = 1.5
-    run = start_run(
-        session=create_session(owner=owner),
-        user=owner,
-        messages=[{"role": "user", "content": "wait 4\nsay done"}],
-        defer_enqueue=True,
-    )
+    run = _submitted(owner, "wait 4\nsay done")
     loop = host.ensure()
     begun = host.submit(run.id)
     wait_until(lambda: run.id in host.runs, what="the run live on the host")
@@ -222,12 +222,7 @@ def test_a_run_whose_lease_cannot_be_renewed_stops_before_it_lapses(owner, setti
         return original(held)
 
     monkeypatch.setattr(lock, "renew_many", hanging)
-    run = start_run(
-        session=create_session(owner=owner),
-        user=owner,
-        messages=[{"role": "user", "content": "wait 5\nsay done"}],
-        defer_enqueue=True,
-    )
+    run = _submitted(owner, "wait 5\nsay done")
     began = time.monotonic()
     begun = host.submit(run.id)
     control = wait_until(lambda: host.runs.get(run.id), what="the run live on the host")
