@@ -112,6 +112,9 @@ class AgentLoop:
         self.usage: dict[str, Any] = dict(run.usage or {})
         self.usage_start: dict[str, Any] = dict(self.usage)
         self.overflow_retried = False
+        # Whether ``recover`` has dealt with the step an earlier execution left open: until
+        # then, an end of this execution closes that step itself (``_record_end``).
+        self.recovered = False
         # The owner's limits, read once per execution (``execute``): the budget checked
         # between steps, the worktree's size bound for the tools.
         self.limits = Limits()
@@ -440,8 +443,10 @@ class AgentLoop:
         interrupt or a blocking error; an unfinished message is completed with an error."""
         last = next((m for m in reversed(self.history) if m.role == Message.Role.ASSISTANT), None)
         if last is None:
+            self.recovered = True
             return
         parked = parked_step(last)
+        left_open = open_step(last) if parked is None else None
         if parked is not None and any(
             approval_of(p) == "requested" and (p.state or {}).get("status") == "pending"
             for p in last.loaded_parts
@@ -476,7 +481,15 @@ class AgentLoop:
             # The step that stopped for approvals ends now, as it would have then.
             index, before = parked
             await self.db(self.close_step, last, index, before, ran_tools=True, finished=True)
+            self.recovered = True
             return
+        if left_open is not None:
+            # A step an execution left open (its worker died, or lost the run, between a
+            # tool and the step's snapshot) ends interrupted, with what its tools did to the
+            # files: else that would be in the worktree and in no snapshot (SEMANTICS 1.7).
+            index, before = left_open
+            await self.db(self.close_step, last, index, before, ran_tools=True, finished=False)
+        self.recovered = True
         if last.completed_at is None:
             last.completed_at = timezone.now()
             if not last.error:
@@ -1015,6 +1028,13 @@ class AgentLoop:
         await self.db(self._record_end, status)
 
     def _record_end(self, status: str) -> None:
+        if not self.recovered and status != Run.Status.COMPLETED:
+            # Ended (an error, a cancel) before ``recover`` closed the step an earlier
+            # execution of the run left open: it is closed with this end, as
+            # ``lifecycle.end_abandoned`` would close it.
+            for part in lifecycle.open_step_parts(self.run, self.session):
+                self.writer.add(part)
+                self.emit(events.PART_UPDATED, part=part_data(part))
         self.writer.flush()
         # The model's structured output and an error's sentence are data too (11.5).
         self.run.output, self.run.error = storable(self.run.output), storable(self.run.error)
@@ -1042,10 +1062,18 @@ def approval_of(part: Part) -> str | None:
 def parked_step(message: Message) -> tuple[int, str] | None:
     """(step index, snapshot before it) of an assistant message whose step stopped for
     approvals and has not ended yet (no ``step-finish``); else None."""
+    if not any(
+        p.type == Part.Type.TOOL and "approval" in (p.state or {}) for p in message.loaded_parts
+    ):
+        return None
+    return open_step(message)
+
+
+def open_step(message: Message) -> tuple[int, str] | None:
+    """(step index, snapshot before it) of an assistant message whose step has not ended
+    (a ``step-start``, no ``step-finish``); else None."""
     parts = message.loaded_parts
     if any(p.type == Part.Type.STEP_FINISH for p in parts):
-        return None
-    if not any(p.type == Part.Type.TOOL and "approval" in (p.state or {}) for p in parts):
         return None
     start = next((p for p in parts if p.type == Part.Type.STEP_START), None)
     if start is None or not (start.data or {}).get("snapshot"):

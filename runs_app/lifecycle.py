@@ -152,7 +152,7 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
             stopped = run.interrupted_run_id
             transaction.on_commit(lambda: runtime.abort_bus().notify(stopped))
     else:
-        if not lock.claim(locked.id, run.id):
+        if not lock.claim(locked.id, run.id, locked=locked):
             raise SessionBusyError()
         metrics.observe_busy_wait((timezone.now() - run.created_at).total_seconds())
         if not defer_enqueue:
@@ -202,59 +202,89 @@ class Begun:
 def begin(run_id: str) -> Begun:
     """Start (or take over) ``run_id``. Safe to call twice for one run: a finished run is
     skipped, a duplicate delivery of a pending run stops here, and a run that was running is
-    taken over only once its lease has expired."""
-    run = Run.objects.select_related("session").filter(id=run_id).first()
-    if run is None or run.is_terminal:
+    taken over only once its lease has expired.
+
+    Everything is decided under the session row lock, on rows read under it: every other
+    change of a run's status or of the session's holder takes that lock too, so nothing
+    moves between a check here and the change it allows. (Decided on earlier reads, a
+    delivery stopped between two statements — its worker SIGSTOPped, its connection slow —
+    handed the session of a run that had just parked to the next queued run, which then ran
+    beside it: found by the chaos test.)"""
+    with transaction.atomic():
+        locked = lock.lock_session_of_run(run_id)
+        run = Run.objects.filter(id=run_id).first() if locked is not None else None
+        if run is None or run.is_terminal or run.status == Run.Status.REQUIRES_ACTION:
+            # Ended, or waiting for its owner: the decision enqueues it again.
+            return Begun(None)
+        if run.status == Run.Status.PENDING:
+            if not _start(locked, run):
+                return Begun(None)
+        else:
+            refused = _take_over(locked, run)
+            if refused is not None:
+                return refused
+    # Both rows as they were written under the lock (nothing else changes them meanwhile:
+    # a fresh read would be one more statement for each run that starts).
+    run.session = locked
+    return Begun(run)
+
+
+def _start(locked: Session, run: Run) -> bool:
+    """Under the session row lock: a pending run starts, if the session is free or its own."""
+    if run.abort_requested:
+        finish_unstarted(run)
+        return False
+    if held_by_another(locked, run.id) or not lock.claim(locked.id, run.id, locked=locked):
+        return False  # queued behind another run: the hand-over enqueues it
+    now = timezone.now()
+    started = move(
+        run.id,
+        Run.Status.PENDING,
+        Run.Status.RUNNING,
+        new_epoch=True,
+        unless_aborted=True,
+        started_at=now,
+        attempts=1,
+    )
+    if not started:  # a cancel sets its flag without the session row: it came in between
+        finish_unstarted(run)
+        return False
+    run.status, run.started_at, run.attempts = Run.Status.RUNNING, now, 1
+    run.lease_epoch += 1  # every epoch moves under the session row lock: this is it
+    return True
+
+
+def _take_over(locked: Session, run: Run) -> Begun | None:
+    """Under the session row lock: a ``running`` run whose worker died (its lease expired) is
+    taken over (None: go on), or ended; a live lease means another worker may still run it
+    (retry later)."""
+    if locked.busy_run_id not in (None, run.id):
+        # Running without holding its session: no move leaves that state (an end hands the
+        # session over in the transaction that records it), but should a run be found so, it
+        # must not run beside the holder. It ends; what it saved is kept.
+        log.error("run %s is running without its session %s", run.id, locked.id)
+        end_abandoned(run, Run.Status.ERROR, error=crashed_error(run.attempts), claimed=True)
         return Begun(None)
-    if run.status == Run.Status.PENDING:
-        if run.abort_requested:
-            finish_unstarted(run)
-            return Begun(None)
-        if held_by_another(run.session, run.id) or not lock.claim(run.session_id, run.id):
-            return Begun(None)  # queued behind another run: the hand-over enqueues it
-        started = move(
-            run.id,
-            Run.Status.PENDING,
-            Run.Status.RUNNING,
-            new_epoch=True,
-            unless_aborted=True,
-            started_at=timezone.now(),
-            attempts=1,
-        )
-        if not started:
-            run.refresh_from_db()
-            if run.status == Run.Status.PENDING:  # aborted between the two statements
-                finish_unstarted(run)
-            return Begun(None)
-    else:
-        # A run that was running: its worker died. Take it over once the lease expired.
-        if not lock.claim(run.session_id, run.id, own_ok=False):
-            log.info("run %s: session %s is still held", run.id, run.session_id)
-            return Begun(None, retry=True)
-        # The lock is ours now, and no execution of the run is alive: a cancel asked of it
-        # ends it here (its worker is gone), and so does a run that crashed at every attempt
-        # since it last started — the same input would crash it again, forever.
-        if run.abort_requested:
-            end_abandoned(run, Run.Status.CANCELLED, claimed=True)
-            return Begun(None)
-        if run.attempts >= settings.RUN_MAX_ATTEMPTS:
-            end_abandoned(run, Run.Status.ERROR, error=crashed_error(run.attempts), claimed=True)
-            return Begun(None)
-        # Not a move: running stays running, under a new epoch (the old execution, if it is
-        # only stopped and not dead, is fenced out from here on).
-        taken = Run.objects.filter(id=run.id, status=Run.Status.RUNNING).update(
-            attempts=F("attempts") + 1, lease_epoch=F("lease_epoch") + 1
-        )
-        if not taken:
-            # Ended meanwhile (a cancel of the abandoned run): give back the lock just taken.
-            with transaction.atomic():
-                locked = lock.lock_session(run.session_id)
-                if locked.busy_run_id == run.id:
-                    _hand_over(locked.id, run.id, locked)
-            return Begun(None)
-    # Read again once the lock is ours (what it holds may have moved until then): one
-    # statement for both rows (two refreshes were three: the run's drops its cached session).
-    return Begun(Run.objects.select_related("session").get(id=run.id))
+    if lock.is_busy(locked) or not lock.claim(locked.id, run.id, own_ok=False, locked=locked):
+        log.info("run %s: session %s is still held", run.id, locked.id)
+        return Begun(None, retry=True)
+    # The lock is ours now, and no execution of the run is alive: a cancel asked of it ends
+    # it here (its worker is gone), and so does a run that crashed at every attempt since
+    # it last started — the same input would crash it again, forever.
+    if run.abort_requested:
+        end_abandoned(run, Run.Status.CANCELLED, claimed=True)
+        return Begun(None)
+    if run.attempts >= settings.RUN_MAX_ATTEMPTS:
+        end_abandoned(run, Run.Status.ERROR, error=crashed_error(run.attempts), claimed=True)
+        return Begun(None)
+    # Not a move: running stays running (its status cannot change under this lock), under a
+    # new epoch — the old execution, if it is only stopped and not dead, is fenced out.
+    Run.objects.filter(id=run.id).update(
+        attempts=F("attempts") + 1, lease_epoch=F("lease_epoch") + 1
+    )
+    run.attempts += 1
+    run.lease_epoch += 1
+    return None
 
 
 def crashed_error(attempts: int) -> dict:
@@ -309,25 +339,33 @@ def _close_open_step(run: Run, session: Session) -> None:
     abort's would (SEMANTICS 1.7): its ``step-finish``, interrupted, with the files as they
     are now, and the ``patch`` of what the step changed — else what its tools did before the
     worker died would be in the worktree and in no snapshot (a revert would lose it)."""
+    for part in Part.objects.bulk_create(open_step_parts(run, session)):
+        events.publish_on_commit(run.session_id, events.PART_UPDATED, part=part_data(part))
+
+
+def open_step_parts(run: Run, session: Session) -> list[Part]:
+    """(Reads, and git; writes nothing.) The parts that close the step an execution of
+    ``run`` left open — its ``step-finish``, interrupted, with the files as they are now, and
+    the ``patch`` of what the step changed — or none when its last step ended."""
     message = (
         Message.objects.filter(run_id=run.id, role=Message.Role.ASSISTANT).order_by("-id").first()
     )
     if message is None:
-        return
+        return []
     parts = list(Part.objects.filter(message=message).order_by("order"))
     if any(p.type == Part.Type.STEP_FINISH for p in parts):
-        return
+        return []
     start = next((p for p in parts if p.type == Part.Type.STEP_START), None)
     before = (start.data or {}).get("snapshot") if start else None
     if not before:
-        return
+        return []
     snap = snapshots.for_session(session)
     try:
         after = snap.track()
         changed = snap.patch(before, after) if after != before else []
     except snapshots.SnapshotError:
         log.exception("run %s: the files of its open step could not be recorded", run.id)
-        return
+        return []
     order = parts[-1].order + 1
     step = (start.data or {}).get("step", 0)
     made = [
@@ -349,8 +387,7 @@ def _close_open_step(run: Run, session: Session) -> None:
                 data={"snapshot": before, "files": changed},
             )
         )
-    for part in Part.objects.bulk_create(made):
-        events.publish_on_commit(run.session_id, events.PART_UPDATED, part=part_data(part))
+    return made
 
 
 def _end_unfinished(run: Run, error: dict) -> None:
@@ -442,7 +479,7 @@ def resume_decided(locked: Session, run: Run) -> None:
     (pending, the session busy again under a fresh lease, a task enqueued after commit)."""
     move(run.id, Run.Status.REQUIRES_ACTION, Run.Status.PENDING)
     run.status = Run.Status.PENDING
-    lock.claim(locked.id, run.id)
+    lock.claim(locked.id, run.id, locked=locked)
     runtime.enqueue_on_commit(run.id)
     events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
     events.publish_on_commit(locked.id, events.SESSION_STATUS, status="busy", run_id=run.id)
@@ -550,7 +587,10 @@ def requeue_expired() -> list[str]:
         if run is None or run.is_terminal:
             with transaction.atomic():  # to the oldest queued run, if one waits
                 locked = lock.lock_session(session_id)
-                if locked.busy_run_id == run_id:
+                # Read again under the lock: a run continued in place (``restart``) holds
+                # the session again, pending, and must keep it.
+                alive = Run.objects.filter(id=run_id).exclude(status__in=Run.TERMINAL)
+                if locked.busy_run_id == run_id and not alive.exists():
                     _hand_over(session_id, run_id, locked)
             continue
         runtime.enqueue(run_id)

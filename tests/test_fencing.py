@@ -295,3 +295,120 @@ def test_a_run_ended_as_abandoned_records_what_its_open_step_did_to_the_files(ow
     assert finish.data["interrupted"] and finish.data["snapshot"] == snap.track() != before
     patch = Part.objects.get(message=step, type="patch")
     assert patch.data == {"snapshot": before, "files": ["made.txt"]}
+
+
+def test_a_takeover_decides_under_the_session_row_lock(owner, monkeypatch):
+    """Found by the chaos test (a 30-minute run): ``begin`` took an expired lease and, in its
+    next statement, found the run no longer running — its old execution, stopped but not
+    dead, had parked it in between — and handed the session to the queued run, which then
+    ran beside it. Under the session row lock, the park waits for the takeover, and is
+    refused by the new epoch; the session stays the run's, the queued run waits."""
+    run = _running(owner, "say hi")
+    session = Session.objects.get(id=run.session_id)
+    queued = start_run(
+        session=session,
+        user=owner,
+        messages=[{"role": "user", "content": "say next"}],
+        multitask_strategy="enqueue",
+        defer_enqueue=True,
+    )
+    Session.objects.filter(id=session.id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    claimed, parked = threading.Event(), threading.Event()
+    original = lock.claim
+
+    def slow_claim(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        taken = original(*args, **kwargs)
+        claimed.set()
+        parked.wait(1.5)  # the takeover's worker stopped between two statements
+        return taken
+
+    monkeypatch.setattr(lock, "claim", slow_claim)
+    outcome: list[object] = []
+
+    def takeover() -> None:
+        try:
+            outcome.append(lifecycle.begin(run.id))
+        finally:
+            connection.close()
+
+    def old_execution_parks() -> None:
+        try:
+            lifecycle.park(Run.objects.get(id=run.id), epoch=1)
+            outcome.append("parked")
+        except LeaseLost:
+            outcome.append("refused")
+        finally:
+            parked.set()
+            connection.close()
+
+    taking = threading.Thread(target=takeover)
+    taking.start()
+    assert claimed.wait(5)
+    parking = threading.Thread(target=old_execution_parks)
+    parking.start()
+    taking.join(10)
+    parking.join(10)
+    assert "refused" in outcome, outcome
+    assert Session.objects.get(id=session.id).busy_run_id == run.id
+    assert Run.objects.get(id=queued.id).status == Run.Status.PENDING
+    taken = Run.objects.get(id=run.id)
+    assert (taken.status, taken.lease_epoch, taken.attempts) == (Run.Status.RUNNING, 2, 2)
+
+
+def _left_open_by_a_lost_execution(owner) -> tuple[Run, Message]:
+    """A run whose execution wrote a file with a tool and lost its lease before its step's
+    snapshot (its keeper stopped it): the step is open, the file in no snapshot."""
+    run = _submitted(owner, "write made.txt by the first execution\nwait 2")
+    begun = host.submit(run.id)
+    control = wait_until(lambda: host.runs.get(run.id), what="the run live on the host")
+    session = Session.objects.get(id=run.session_id)
+    wait_until(lambda: (session.worktree / "made.txt").exists(), what="the tool's write")
+    control.lost.set()
+    begun.finished.result(timeout=30)
+    step = Message.objects.get(run_id=run.id, role="assistant")
+    assert not Part.objects.filter(message=step, type="step-finish").exists()
+    Session.objects.filter(id=session.id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    return Run.objects.get(id=run.id), step
+
+
+def _closed_with_the_file(step: Message) -> None:
+    finish = Part.objects.get(message=step, type="step-finish")
+    assert finish.data["interrupted"] is True
+    patch = Part.objects.get(message=step, type="patch")
+    assert patch.data["files"] == ["made.txt"]
+    start = Part.objects.get(message=step, type="step-start")
+    assert patch.data["snapshot"] == start.data["snapshot"] != finish.data["snapshot"]
+
+
+def test_the_execution_that_takes_over_closes_the_step_left_open(owner):
+    """Found by the chaos test: the execution that took a run over went on from the open
+    step without closing it, so what the lost execution's tools did was in no step's patch
+    (and in no snapshot at all when the new execution ended before its first step)."""
+    run, step = _left_open_by_a_lost_execution(owner)
+    assert host.run_to_end(run.id, timeout=60)
+    assert Run.objects.get(id=run.id).status == Run.Status.COMPLETED
+    _closed_with_the_file(step)
+
+
+def test_an_execution_that_ends_before_recovering_closes_the_step_left_open(owner, monkeypatch):
+    """The CI failure of 2026-12-04 (chaos seed 246485091): the execution that took the run
+    over lost its database connection before it recovered the open step, and ended the run
+    (error) with the first execution's write in no snapshot."""
+    from django.db import OperationalError
+
+    from runs_app import engine
+
+    run, step = _left_open_by_a_lost_execution(owner)
+
+    def killed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise OperationalError("terminating connection due to administrator command")
+
+    monkeypatch.setattr(engine, "effective_limits", killed)
+    host.run_to_end(run.id, timeout=60)
+    ended = Run.objects.get(id=run.id)
+    assert (ended.status, ended.error["type"]) == (Run.Status.ERROR, "DatabaseError")
+    _closed_with_the_file(step)

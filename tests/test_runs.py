@@ -250,12 +250,15 @@ def test_a_run_starts_and_ends_in_few_statements(owner, settings):
     with the run's mark of it, and publishes the session it locked at the end (not a fresh
     read of it). 22 statements before (and the cursor's fetches and close), 19 then; 21 since
     each of the run's two checkpoints is fenced by its lease epoch (one ``SELECT … FOR SHARE``
-    in its transaction, runs_app/fencing.py; the end fences itself in its UPDATE)."""
+    in its transaction, runs_app/fencing.py; the end fences itself in its UPDATE). ``begin``
+    decides under the session row lock (its first statement locks the row; the run is read
+    after it), and keeps what it wrote instead of reading both rows again: as many
+    statements as before, the session's row read twice, each time locked."""
     settings.RUN_LEASE_SECONDS = settings.RUN_ABORT_POLL_SECONDS = 300  # keeper apart
     run, queries = _counted_run(create_session(owner=owner), owner, "say hi")
     assert run.status == "completed" and run.input_message_id is not None
     session_reads = [q for q in queries if q.startswith('SELECT "sessions_app_session"."id"')]
-    assert len(session_reads) == 1, "the session row: read with the run, locked at the end"
+    assert len(session_reads) == 2, "the session row: locked at the start and at the end"
     assert not [q for q in queries if "DECLARE" in q or "FETCH" in q]
     assert len(queries) <= 21, "\n".join(queries)
 

@@ -13,6 +13,12 @@
 **Lock order.** The session row first; then run rows; then messages and parts; then the
 owner's user row (quotas). Nothing locks a run, message or user row and then the session
 row, so two writers of one session never wait on each other in a cycle.
+
+The row lock is ``FOR NO KEY UPDATE``: it excludes every other holder of it and every
+UPDATE of the row, but not the ``KEY SHARE`` lock that inserting a message or part (a
+foreign key to the session) takes. A checkpoint fences its run (the run row) and then
+inserts its rows: with ``FOR UPDATE`` here, that insert waited for a ``begin`` or an end
+holding the session row while they waited for the fenced run row — a deadlock.
 """
 
 from __future__ import annotations
@@ -40,10 +46,22 @@ def lock_session(session_id: str) -> Session:
     """The session row, locked until the transaction ends (call inside ``atomic``), busy or
     not: for the run lifecycle, which decides what a busy session means for its move."""
     with metrics.row_lock_wait():
-        session = Session.objects.select_for_update().filter(id=session_id).first()
+        session = Session.objects.select_for_update(no_key=True).filter(id=session_id).first()
     if session is None:
         raise NotFoundError("No such session.")
     return session
+
+
+def lock_session_of_run(run_id: str) -> Session | None:
+    """The session of the run ``run_id``, its row locked as ``lock_session`` locks it (one
+    statement: only the session row is locked, the run's is read for the join); None when
+    no such run exists."""
+    with metrics.row_lock_wait():
+        return (
+            Session.objects.select_for_update(of=("self",), no_key=True)
+            .filter(runs__id=run_id)
+            .first()
+        )
 
 
 def lock_idle_session(session_id: str, *, holder_run_id: str | None = None) -> Session:
@@ -65,22 +83,30 @@ def is_busy(session: Session) -> bool:
     )
 
 
-def claim(session_id: str, run_id: str, *, own_ok: bool = True) -> bool:
+def claim(
+    session_id: str, run_id: str, *, own_ok: bool = True, locked: Session | None = None
+) -> bool:
     """Take the lock for ``run_id`` if it is free or expired, or (``own_ok``) already ours:
     the API claims it for a new run before the task starts. A re-delivered task of a run
-    that was running passes ``own_ok=False``: it must wait for the old lease to expire."""
+    that was running passes ``own_ok=False``: it must wait for the old lease to expire.
+    ``locked``, the row read under the row lock, follows the change."""
     now = timezone.now()
     free = (
         Q(busy_run_id__isnull=True) | Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)
     )
     if own_ok:
         free |= Q(busy_run_id=run_id)
-    taken = (
-        Session.objects.filter(id=session_id)
-        .filter(free)
-        .update(busy_run_id=run_id, status=Session.Status.BUSY, lease_expires_at=_lease_end())
-    )
-    return taken == 1
+    values = {
+        "busy_run_id": run_id,
+        "status": Session.Status.BUSY,
+        "lease_expires_at": _lease_end(),
+    }
+    if Session.objects.filter(id=session_id).filter(free).update(**values) != 1:
+        return False
+    if locked is not None:
+        for name, value in values.items():
+            setattr(locked, name, value)
+    return True
 
 
 def renew(session_id: str, run_id: str) -> bool:
