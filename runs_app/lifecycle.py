@@ -308,6 +308,9 @@ def end_abandoned(
     call again what crashed every attempt; a cancelled run stays resumable as after any
     cancel (1.6). False when an execution holds the run (its lease is live): that one stops
     at its next check."""
+    # What its open step did to the files, found before the row lock: git over a large
+    # worktree must not hold the session row, which every start and end in it waits for.
+    closing = open_step_parts(run, run.session)
     with transaction.atomic():
         locked = lock.lock_session(run.session_id)
         if locked.busy_run_id == run.id and lock.is_busy(locked) and not claimed:
@@ -324,7 +327,7 @@ def end_abandoned(
         run.refresh_from_db()
         if not updated:
             return False
-        _close_open_step(run, locked)
+        _close_open_step(run, locked, closing)
         if status == Run.Status.ERROR:
             _end_unfinished(run, error or {})
         if locked.busy_run_id == run.id:
@@ -334,12 +337,18 @@ def end_abandoned(
     return True
 
 
-def _close_open_step(run: Run, session: Session) -> None:
+def _close_open_step(run: Run, session: Session, prepared: list[Part]) -> None:
     """The step a dead execution left open (a ``step-start``, no ``step-finish``) ends as an
     abort's would (SEMANTICS 1.7): its ``step-finish``, interrupted, with the files as they
     are now, and the ``patch`` of what the step changed — else what its tools did before the
-    worker died would be in the worktree and in no snapshot (a revert would lose it)."""
-    for part in Part.objects.bulk_create(open_step_parts(run, session)):
+    worker died would be in the worktree and in no snapshot (a revert would lose it).
+    ``prepared``: those parts found before the row lock, written as they are unless the
+    step's message changed since (an execution wrote to it meanwhile: found again)."""
+    if prepared and Part.objects.filter(
+        message_id=prepared[0].message_id, order__gte=prepared[0].order
+    ).exists():
+        prepared = open_step_parts(run, session)
+    for part in Part.objects.bulk_create(prepared):
         events.publish_on_commit(run.session_id, events.PART_UPDATED, part=part_data(part))
 
 

@@ -412,3 +412,32 @@ def test_an_execution_that_ends_before_recovering_closes_the_step_left_open(owne
     ended = Run.objects.get(id=run.id)
     assert (ended.status, ended.error["type"]) == (Run.Status.ERROR, "DatabaseError")
     _closed_with_the_file(step)
+
+
+def test_ending_an_abandoned_run_runs_git_before_the_session_row_lock(owner, monkeypatch):
+    """git over a large worktree must not hold the session row that every start and end of
+    the session waits for: the open step's files are found before the row is locked."""
+    from sessions_app import snapshots
+
+    run = _running(owner)
+    session = Session.objects.get(id=run.session_id)
+    snap = snapshots.for_session(session)
+    step = Message.objects.create(session=session, run_id=run.id, role="assistant")
+    Part.objects.create(
+        message=step, session=session, order=0, type="step-start", data={"snapshot": snap.track()}
+    )
+    (session.worktree / "made.txt").write_text("x\n")
+    Session.objects.filter(id=session.id).update(
+        lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    in_transaction = []
+    original = snapshots.Snapshots.track
+
+    def track(self):  # noqa: ANN001, ANN202
+        in_transaction.append(connection.in_atomic_block)
+        return original(self)
+
+    monkeypatch.setattr(snapshots.Snapshots, "track", track)
+    assert lifecycle.end_abandoned(Run.objects.get(id=run.id), Run.Status.CANCELLED)
+    assert in_transaction == [False]
+    assert Part.objects.get(message=step, type="patch").data["files"] == ["made.txt"]
