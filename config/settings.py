@@ -435,6 +435,11 @@ CELERY_TASK_SOFT_TIME_LIMIT = RUN_TIME_LIMIT_SECONDS
 
 # Files larger than this stay out of worktree snapshots (reported in step-finish parts).
 SNAPSHOT_MAX_FILE_BYTES = int(os.environ.get("SNAPSHOT_MAX_FILE_BYTES", str(10 * 1024 * 1024)))
+# Downloads (archives, patches): an archive reads blobs in batches of at most this many
+# bytes, each batch sent before the next is read; a patch past the second bound is refused
+# (an archive holds the same files).
+DOWNLOAD_BATCH_BYTES = int(os.environ.get("DOWNLOAD_BATCH_BYTES", str(8 * 1024 * 1024)))
+DOWNLOAD_PATCH_MAX_BYTES = int(os.environ.get("DOWNLOAD_PATCH_MAX_BYTES", str(64 * 1024 * 1024)))
 # A git call of the snapshots that has not answered after this long is killed and fails with
 # SnapshotError: a hung git (a stuck filesystem, a huge worktree) must not hold a run forever.
 SNAPSHOT_GIT_TIMEOUT_SECONDS = float(os.environ.get("SNAPSHOT_GIT_TIMEOUT_SECONDS", "60"))

@@ -19,6 +19,7 @@ sessions = session_views.SessionViewSet.as_view
 session_runs = run_views.SessionRunViewSet.as_view
 runs = run_views.RunViewSet.as_view
 shared = session_views.SharedViewSet.as_view
+downloads = session_views.SessionDownloadViewSet.as_view
 
 api = [
     path("health/", health),
@@ -46,6 +47,8 @@ api = [
         "sessions/<str:session_id>/export/",
         run_views.SessionExportViewSet.as_view({"get": "export"}),
     ),
+    path("sessions/<str:session_id>/archive/", downloads({"get": "archive"})),
+    path("sessions/<str:session_id>/patch/", downloads({"get": "patch"})),
     path(
         "sessions/<str:session_id>/share/",
         sessions({"get": "shared_link", "post": "share", "delete": "unshare"}),

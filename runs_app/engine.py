@@ -488,8 +488,14 @@ class AgentLoop:
             # tool and the step's snapshot) ends interrupted, with what its tools did to the
             # files: else that would be in the worktree and in no snapshot (SEMANTICS 1.7).
             index, before = left_open
-            await self.db(self.close_step, last, index, before, ran_tools=True, finished=False)
-        self.recovered = True
+            try:
+                await self.db(self.close_step, last, index, before, ran_tools=True, finished=False)
+            finally:
+                # Closed once its parts are made (they wait for the next flush), even when
+                # what follows them failed (a diff event): the end must not close it again.
+                self.recovered = open_step(last) is None
+        else:
+            self.recovered = True
         if last.completed_at is None:
             last.completed_at = timezone.now()
             if not last.error:

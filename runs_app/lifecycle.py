@@ -344,9 +344,8 @@ def _close_open_step(run: Run, session: Session, prepared: list[Part]) -> None:
     worker died would be in the worktree and in no snapshot (a revert would lose it).
     ``prepared``: those parts found before the row lock, written as they are unless the
     step's message changed since (an execution wrote to it meanwhile: found again)."""
-    if prepared and Part.objects.filter(
-        message_id=prepared[0].message_id, order__gte=prepared[0].order
-    ).exists():
+    first = prepared[0] if prepared else None
+    if first and Part.objects.filter(message_id=first.message_id, order__gte=first.order).exists():
         prepared = open_step_parts(run, session)
     for part in Part.objects.bulk_create(prepared):
         events.publish_on_commit(run.session_id, events.PART_UPDATED, part=part_data(part))

@@ -473,6 +473,51 @@ class Snapshots:
                 files.append({"path": name, "size": int(size) if size.isdigit() else 0})
         return sorted(files, key=lambda f: f["path"])
 
+    def blobs(self, tree: str) -> list[tuple[str, int, str, int]]:
+        """``(path, mode, id, size)`` of every blob of ``tree`` (files, executables, symbolic
+        links), by path: what an archive of it holds."""
+        if tree == EMPTY_TREE:
+            return []
+        self.ensure()
+        found = []
+        for record in filter(None, self._git("ls-tree", "-r", "-l", "-z", tree).split("\0")):
+            meta, _, name = record.partition("\t")
+            mode, kind, sha, size = meta.split()
+            if kind == "blob":
+                found.append((name, int(mode, 8), sha, int(size)))
+        return sorted(found)
+
+    def full_diff(self, tree: str, other: str) -> str:
+        """The whole unified diff from ``tree`` to ``other``, binary files included (what
+        ``git apply`` takes)."""
+        if tree == other:
+            return ""
+        self.ensure()
+        return self._git(
+            "diff-tree",
+            "-r",
+            "-p",
+            "--binary",
+            "--full-index",
+            "--no-renames",
+            "--no-color",
+            tree,
+            other,
+        )
+
+    def format_patch(self, base: str, tip: str) -> str:
+        """The commits ``base..tip`` (written with ``write_object``) as a mailbox (what
+        ``git am`` takes)."""
+        self.ensure()
+        return self._git(
+            "format-patch",
+            "--stdout",
+            "--binary",
+            "--full-index",
+            "--no-signature",
+            f"{base}..{tip}",
+        )
+
     def read_blob(self, tree: str, path: str) -> bytes | None:
         """A file's content as it is in ``tree``; None when it is not there."""
         self.ensure()
@@ -637,8 +682,9 @@ class Snapshots:
 
     # -- the object store by id (export, import) ------------------------------------------------
     def write_object(self, kind: str, body: bytes) -> str:
-        """Store an object (a ``tree`` or a ``blob``) as git writes a loose one: its id. One
-        the store holds already is freshened, not written again (its id is its content)."""
+        """Store an object (a ``tree``, a ``blob``, a ``commit``) as git writes a loose one: its
+        id. One the store holds already is freshened, not written again (its id is its
+        content)."""
         raw = b"%s %d\0" % (kind.encode("ascii"), len(body)) + body
         hexsha = hashlib.sha1(raw).hexdigest()
         target = self.git_dir / "objects" / hexsha[:2] / hexsha[2:]

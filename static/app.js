@@ -1047,6 +1047,15 @@ function messageActions(m, isLastAnswer) {
       moves.append(button("Regenerate", "Answer again from here (tools are not run again)", () => regenerate(point.run_id, m.id), "act regenerate"));
     }
   }
+  if (point) {
+    // A read: offered while a run works too (the files as recorded at this message).
+    const files = el("a", "act download-here", "Download files");
+    files.href = api(`/archive/?message_id=${encodeURIComponent(m.id)}`);
+    files.setAttribute("download", "");
+    files.title = "The files at this message, as a .zip";
+    files.setAttribute("aria-label", "Download files: the files at this message, as a .zip");
+    moves.append(files);
+  }
   moves.append(revertButton(m.id));
   bar.append(moves);
   return bar;
@@ -1327,6 +1336,7 @@ function showTitle() {
   for (const a of document.querySelectorAll("a.export")) {
     a.href = api(`/export/?format=${a.dataset.format}`);
   }
+  for (const a of document.querySelectorAll("a.download")) a.href = api(a.dataset.path);
 }
 
 async function start(again = false) {

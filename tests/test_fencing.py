@@ -441,3 +441,22 @@ def test_ending_an_abandoned_run_runs_git_before_the_session_row_lock(owner, mon
     assert lifecycle.end_abandoned(Run.objects.get(id=run.id), Run.Status.CANCELLED)
     assert in_transaction == [False]
     assert Part.objects.get(message=step, type="patch").data["files"] == ["made.txt"]
+
+
+def test_a_step_closed_by_recovery_is_not_closed_again_by_the_end(owner, monkeypatch):
+    """Found by the 30-minute chaos run (10 parts twice, in pairs): the recovery made the
+    closing parts, then the diff event after them failed (Redis restarting); the run ended
+    with an error, and its end, not knowing the step closed, closed it a second time."""
+    from runs_app import engine
+
+    run, step = _left_open_by_a_lost_execution(owner)
+
+    def redis_away(self, before, after):  # noqa: ANN001, ANN202
+        raise ConnectionError("Redis is restarting")
+
+    monkeypatch.setattr(engine.AgentLoop, "publish_diff", redis_away)
+    host.run_to_end(run.id, timeout=60)
+    assert Run.objects.get(id=run.id).status == Run.Status.ERROR
+    assert Part.objects.filter(message=step, type="step-finish").count() == 1
+    assert Part.objects.filter(message=step, type="patch").count() == 1
+    _closed_with_the_file(step)

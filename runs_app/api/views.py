@@ -14,18 +14,16 @@ from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
-from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from sessions_app import events
-from sessions_app.api.base import ApiViewSet, SessionScopedViewSet
+from sessions_app.api.base import ApiViewSet, FormatIsTheViewsOwn, SessionScopedViewSet
 from sessions_app.api.serializers import ForkIn, SessionOut, SharedForkIn
 from sessions_app.errors import InvalidInput
 from sessions_app.models import Share
 from sessions_app.selectors import session_data
-from sessions_app.services import sharing
+from sessions_app.services import downloads, sharing
 
 from .. import waits
 from ..models import Run
@@ -230,16 +228,6 @@ class SharedForkViewSet(ApiViewSet):
         return Response(session_data(fork), status=status.HTTP_201_CREATED)
 
 
-class FormatIsTheViewsOwn(DefaultContentNegotiation):
-    """``?format=`` chooses what the export answers (JSON or Markdown), not a DRF renderer
-    (DRF would answer ``format=markdown`` with a 404): JSON renders everything else."""
-
-    def select_renderer(
-        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
-    ) -> tuple[BaseRenderer, str]:
-        return renderers[0], renderers[0].media_type
-
-
 class SessionExportViewSet(SessionScopedViewSet):
     # ``GET /api/sessions/{id}/export/``: the owner's download of the session.
 
@@ -263,7 +251,7 @@ class SessionExportViewSet(SessionScopedViewSet):
             response = HttpResponse(text, content_type="text/markdown; charset=utf-8")
         else:
             response = Response(export.session_document(session=session))
-        name = export.export_filename(session, "md" if kind == "markdown" else "json")
+        name = downloads.download_name(session, "md" if kind == "markdown" else "json")
         response["Content-Disposition"] = content_disposition_header(True, name)
         return response
 

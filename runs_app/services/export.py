@@ -33,7 +33,6 @@ import json
 import os
 import re
 import stat
-import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -409,12 +408,3 @@ def _quoted(text: str) -> list[str]:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
-
-
-# -- the download's name ------------------------------------------------------------------------
-def export_filename(session: Session, extension: str) -> str:
-    """A name any file system and any header takes: the title in ASCII letters, digits and
-    dashes (the session's id when nothing is left), then ``extension``."""
-    ascii_title = unicodedata.normalize("NFKD", session.title).encode("ascii", "ignore").decode()
-    slug = re.sub(r"[^A-Za-z0-9]+", "-", ascii_title).strip("-").lower()[:60].strip("-")
-    return f"{slug or session.id}.{extension}"

@@ -6,6 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from rest_framework import serializers, viewsets
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer
+from rest_framework.request import Request
 
 from ..models import Session
 from ..selectors import session_for_user
@@ -30,3 +33,14 @@ class SessionScopedViewSet(ApiViewSet):
 
     def get_object(self) -> Session:
         return session_for_user(self.request.user, self.kwargs["session_id"])
+
+
+class FormatIsTheViewsOwn(DefaultContentNegotiation):
+    """``?format=`` chooses what a download answers (an export's JSON or Markdown, an
+    archive's or a patch's kind), not a DRF renderer (DRF would answer ``format=markdown``
+    with a 404): JSON renders everything else (errors)."""
+
+    def select_renderer(
+        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
+    ) -> tuple[BaseRenderer, str]:
+        return renderers[0], renderers[0].media_type

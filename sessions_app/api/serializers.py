@@ -340,6 +340,51 @@ class SharedQueryIn(serializers.Serializer):
     )
 
 
+class ArchiveQueryIn(serializers.Serializer):
+    message_id = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=64,
+        help_text="The point (any branch); default: the head.",
+    )
+    format = Choice(
+        ["zip", "tar.gz"],
+        required=False,
+        default="zip",
+        message="format must be 'zip' or 'tar.gz'.",
+        enum="ArchiveFormat",
+    )
+
+
+class PatchQueryIn(serializers.Serializer):
+    to = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=64,
+        help_text="The last point (any branch); default: the head.",
+    )
+    format = Choice(
+        ["diff", "mbox"],
+        required=False,
+        default="diff",
+        message="format must be 'diff' or 'mbox'.",
+        enum="PatchFormat",
+        help_text="diff: a unified diff (git apply); mbox: one commit per user turn (git am).",
+    )
+
+
+# ``from`` is a keyword: declared by name.
+PatchQueryIn._declared_fields["from"] = serializers.CharField(  # noqa: SLF001
+    required=False,
+    allow_blank=True,
+    default="",
+    max_length=64,
+    help_text="The first point, before ``to`` on its branch; default: the session's start.",
+)
+
+
 class DiffQueryIn(serializers.Serializer):
     message_id = serializers.CharField(
         required=False, allow_blank=True, default="", help_text="One turn's diff."

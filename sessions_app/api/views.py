@@ -3,8 +3,12 @@ and authorizes its object once, in ``get_object()``; the routes are in ``config/
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
+
+from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import FileResponse, HttpResponse
+from django.http import FileResponse, HttpResponse, StreamingHttpResponse
+from django.utils.http import content_disposition_header
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -29,19 +33,21 @@ from ..selectors import (
     sessions_for_user,
     worktree_entry,
 )
+from ..services import downloads, sharing
 from ..services import revert as revert_services
 from ..services import rollback as rollback_services
 from ..services import sessions as session_services
-from ..services import sharing
-from .base import ApiViewSet, SessionScopedViewSet
+from .base import ApiViewSet, FormatIsTheViewsOwn, SessionScopedViewSet
 from .serializers import (
     DIFF_OUT,
+    ArchiveQueryIn,
     DiffQueryIn,
     HeadIn,
     LineageOut,
     MessagePageOut,
     MessagesQueryIn,
     ModelsOut,
+    PatchQueryIn,
     RevertIn,
     RollbackIn,
     SessionIn,
@@ -276,3 +282,75 @@ class SharedViewSet(ApiViewSet):
     def files(self, request: Request, token: str, path: str) -> HttpResponse:
         share = self.get_object()
         return HttpResponse(sharing.shared_file(share, path), content_type=TEXT)
+
+
+async def _chunks(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """A sync generator of chunks served as an async one: under ASGI, Django would read a
+    sync one whole into memory before sending a byte. Each chunk is made in a thread (git,
+    compression), none of it on the server's loop."""
+    done = object()
+    while True:
+        chunk = await sync_to_async(next, thread_sensitive=False)(chunks, done)
+        if chunk is done:
+            return
+        if chunk:
+            yield chunk
+
+
+def _attachment(response: HttpResponse, name: str, not_kept: int) -> HttpResponse:
+    response["Content-Disposition"] = content_disposition_header(True, name)
+    # Files the snapshots do not keep are listed inside the download (its comment, its
+    # preamble); their number here.
+    response["X-Not-Kept-Count"] = str(not_kept)
+    return response
+
+
+class SessionDownloadViewSet(SessionScopedViewSet):
+    # ``GET /api/sessions/{id}/archive/`` and ``…/patch/``: the owner's work, out.
+
+    content_negotiation_class = FormatIsTheViewsOwn
+
+    @extend_schema(
+        parameters=[ArchiveQueryIn],
+        responses={
+            (200, "application/zip"): OpenApiTypes.BINARY,
+            (200, "application/gzip"): OpenApiTypes.BINARY,
+        },
+    )
+    def archive(self, request: Request, session_id: str) -> StreamingHttpResponse:
+        """The worktree at a point (``message_id``, any branch; default the head) as it
+        was recorded there: a ``.zip`` or a ``.tar.gz``, streamed."""
+        session = self.get_object()
+        query = self.query(ArchiveQueryIn)
+        at = downloads.point(session, query["message_id"] or None)
+        chunks = downloads.archive(session, at, query["format"])
+        kind = "application/zip" if query["format"] == "zip" else "application/gzip"
+        response = StreamingHttpResponse(_chunks(chunks), content_type=kind)
+        name = downloads.download_name(session, query["format"])
+        return _attachment(response, name, len(at.not_kept))
+
+    @extend_schema(
+        parameters=[PatchQueryIn],
+        responses={
+            (200, "text/x-diff"): OpenApiTypes.STR,
+            (200, "application/mbox"): OpenApiTypes.STR,
+        },
+    )
+    def patch(self, request: Request, session_id: str) -> HttpResponse:
+        """The change from ``from`` (default: the session's start) to ``to`` (default: the
+        head) on one branch: a unified diff (``git apply``) or one commit per user turn
+        (``git am``)."""
+        session = self.get_object()
+        query = self.query(PatchQueryIn)
+        text = downloads.patch(
+            session,
+            from_id=query["from"] or None,
+            to_id=query["to"] or None,
+            fmt=query["format"],
+            author=request.user.get_username(),
+        )
+        to = downloads.point(session, query["to"] or None)
+        kind = "text/x-diff" if query["format"] == "diff" else "application/mbox"
+        response = HttpResponse(text.encode("utf-8", "surrogateescape"), content_type=kind)
+        name = downloads.download_name(session, "diff" if query["format"] == "diff" else "mbox")
+        return _attachment(response, name, len(to.not_kept))

@@ -5,8 +5,10 @@ with the server's sentence under the form."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,22 @@ def _flow(page, server, tmp_path: Path) -> None:
     path = tmp_path / "session.json"
     path.write_text(json.dumps(document))
 
+    # -- the files and the changes (issue 26), as the menu and a message's moves offer them ----
+    page.click("#session-menu summary")
+    page.screenshot(path=str(SHOTS / "download-menu.png"))
+    with page.expect_download() as got:
+        page.click("#download-zip")
+    assert _unzip(Path(got.value.path()).read_bytes()) == {"notes/deep/plan.txt": b"first line"}
+    page.click("#session-menu summary")
+    answer = page.locator("#messages .msg.assistant").last
+    answer.hover()
+    answer.screenshot(path=str(SHOTS / "download-here.png"))
+    with page.expect_download() as got:
+        answer.locator("a.download-here").click()
+    assert _unzip(Path(got.value.path()).read_bytes()) == {"notes/deep/plan.txt": b"first line"}
+    patch = page.request.get(f"{server.url}/api/sessions/{sid}/patch/")
+    assert patch.ok and "+first line" in patch.text()
+
     # -- a file that is not an export: the server's sentence, nothing made ---------------------
     page.goto(f"{server.url}/")
     sessions = page.locator("ul.sessions li[data-session-id]").count()
@@ -102,3 +120,8 @@ def _flow(page, server, tmp_path: Path) -> None:
     wait_idle(page)
     assert files_on_disk(server, new) == {"notes/deep/plan.txt": "first linesecond line\n"}
     assert files_on_disk(server, sid) == {"notes/deep/plan.txt": "first line"}
+
+
+def _unzip(data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return {i.filename: archive.read(i) for i in archive.infolist() if not i.is_dir()}

@@ -1,0 +1,292 @@
+"""Work out of a session (SEMANTICS 13.3): the worktree at any point of any branch as an
+archive, the change between two points as a patch (a unified diff, or a ``git am`` series
+with one commit per user turn), read from the snapshots — exactly what they keep at that
+point, never the live worktree (a run may be writing it).
+
+Everything is read through the snapshot store's own git (``snapshots.Snapshots``: no
+config, hooks or attributes of the worktree apply). An archive streams: blobs are read in
+batches of at most ``DOWNLOAD_BATCH_BYTES`` and each batch leaves before the next is read,
+so a 500 MB worktree never sits in a process's memory. Files the snapshots do not keep
+(larger than ``SNAPSHOT_MAX_FILE_BYTES``, ignored, unnamable) are listed — in the zip's
+comment, the tar's PAX header, the patch's preamble and a response header — never dropped
+in silence.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import stat
+import tarfile
+import time
+import unicodedata
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from .. import snapshots
+from ..errors import InvalidInput, NotFoundError
+from ..models import Message, Session
+from ..selectors import active_path, files_at, fork_point
+from .revert import path_start
+
+ARCHIVE_FORMATS = ("zip", "tar.gz")
+PATCH_FORMATS = ("diff", "mbox")
+NOT_KEPT_LISTED = 200  # names a download lists of the files not kept (the count is whole)
+SUBJECT_MAX = 72
+BODY_MAX = 20_000
+
+
+@dataclass
+class Point:
+    """A point of a session: the path to a message (empty: before the first message), the
+    files there, when it was, and the files the snapshots did not keep there."""
+
+    path: list[Message]
+    tree: str
+    when: float
+    not_kept: list[dict[str, str]] = field(default_factory=list)
+
+
+def point(session: Session, message_id: str | None) -> Point:
+    """The point after ``message_id`` (any branch of ``session``; default: the head, before a
+    pending revert's boundary)."""
+    leaf = fork_point(session, message_id or None)  # NotFoundError for another session's id
+    path = active_path(session, leaf_id=leaf) if leaf else []
+    tree = files_at(path, len(path)) or snapshots.EMPTY_TREE
+    when = path[-1].created_at.timestamp() if path else time.time()
+    return Point(path=path, tree=tree, when=when, not_kept=_not_kept(session, path, leaf))
+
+
+def _not_kept(session: Session, path: list[Message], leaf: str | None) -> list[dict[str, str]]:
+    """At the head: what the snapshots skip in the worktree now. Earlier: what the last step
+    before the point recorded as skipped."""
+    if leaf and leaf == session.head_id and not session.revert:
+        try:
+            return snapshots.for_session(session).skipped()
+        except snapshots.SnapshotError:
+            return []
+    for message in reversed(path):
+        for part in reversed(message.loaded_parts):
+            if part.type == "step-finish":
+                return list((part.data or {}).get("skipped") or [])
+    return []
+
+
+def not_kept_note(not_kept: list[dict[str, str]]) -> str:
+    if not not_kept:
+        return ""
+    lines = [f"{len(not_kept)} files not kept by the snapshots (not in this download):"]
+    lines += [f"  {item['path']} ({item.get('reason', '')})" for item in not_kept[:NOT_KEPT_LISTED]]
+    if len(not_kept) > NOT_KEPT_LISTED:
+        lines.append(f"  … and {len(not_kept) - NOT_KEPT_LISTED} more")
+    return "\n".join(lines) + "\n"
+
+
+def download_name(session: Session, extension: str) -> str:
+    """A name any file system and any header takes: the title in ASCII letters, digits and
+    dashes (the session's id when nothing is left), then ``extension``."""
+    ascii_title = unicodedata.normalize("NFKD", session.title).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", ascii_title).strip("-").lower()[:60].strip("-")
+    return f"{slug or session.id}.{extension}"
+
+
+# -- archives ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Entry:
+    path: str
+    mode: int
+    sha: str
+    size: int
+
+
+def entries(snap: snapshots.Snapshots, tree: str) -> list[Entry]:
+    """Every file of ``tree`` (blobs: files, executables, symbolic links), by path."""
+    return [Entry(*blob) for blob in snap.blobs(tree)]
+
+
+class _Sink(io.RawIOBase):
+    """What an archive writer writes, taken out in chunks (the writer cannot seek: a zip
+    then carries data descriptors, a tar streams)."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:  # noqa: ANN001 - bytes-like
+        self._chunks.append(bytes(data))
+        return len(data)
+
+    def take(self) -> bytes:
+        out = b"".join(self._chunks)
+        self._chunks.clear()
+        return out
+
+
+def _batches(snap: snapshots.Snapshots, files: list[Entry]) -> Iterator[list[tuple[Entry, bytes]]]:
+    limit = settings.DOWNLOAD_BATCH_BYTES
+    batch: list[Entry] = []
+    size = 0
+    for entry in [*files, None]:
+        if entry is not None and (not batch or size + entry.size <= limit):
+            batch.append(entry)
+            size += entry.size
+            continue
+        if batch:
+            bodies = snap.read_objects(sorted({e.sha for e in batch}))
+            yield [(e, bodies[e.sha][1]) for e in batch]
+        batch, size = ([entry], entry.size) if entry is not None else ([], 0)
+
+
+def archive(session: Session, at: Point, fmt: str) -> Iterator[bytes]:
+    """The files of ``at`` as a ``fmt`` archive, in chunks."""
+    if fmt not in ARCHIVE_FORMATS:
+        raise InvalidInput(f"format must be one of {', '.join(ARCHIVE_FORMATS)}.")
+    snap = snapshots.for_session(session)
+    files = entries(snap, at.tree)  # read before the first chunk: a missing tree is a 404
+    note = not_kept_note(at.not_kept)
+    return _zip(snap, files, at, note) if fmt == "zip" else _tar(snap, files, at, note)
+
+
+def _zip(snap: snapshots.Snapshots, files: list[Entry], at: Point, note: str) -> Iterator[bytes]:
+    sink = _Sink()
+    when = time.gmtime(max(at.when, 315532800))[:6]  # zip's dates start in 1980
+    with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.comment = note.encode("utf-8")[:65535]
+        for batch in _batches(snap, files):
+            for entry, body in batch:
+                info = zipfile.ZipInfo(entry.path, date_time=when)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                info.create_system = 3  # unix: the mode below is read
+                info.external_attr = (_mode(entry.mode) & 0xFFFF) << 16
+                archive.writestr(info, body)
+            yield sink.take()
+    yield sink.take()
+
+
+def _tar(snap: snapshots.Snapshots, files: list[Entry], at: Point, note: str) -> Iterator[bytes]:
+    sink = _Sink()
+    headers = {"comment": note} if note else {}
+    with tarfile.open(
+        fileobj=sink, mode="w|gz", format=tarfile.PAX_FORMAT, pax_headers=headers
+    ) as archive:
+        for batch in _batches(snap, files):
+            for entry, body in batch:
+                info = tarfile.TarInfo(entry.path)
+                info.mtime = int(at.when)
+                info.mode = _mode(entry.mode) & 0o7777
+                if stat.S_ISLNK(_mode(entry.mode)):
+                    info.type = tarfile.SYMTYPE
+                    info.linkname = body.decode("utf-8", "surrogateescape")
+                    archive.addfile(info)
+                else:
+                    info.size = len(body)
+                    archive.addfile(info, io.BytesIO(body))
+            yield sink.take()
+    yield sink.take()
+
+
+def _mode(git_mode: int) -> int:
+    if git_mode == 0o120000:
+        return stat.S_IFLNK | 0o777
+    return stat.S_IFREG | (0o755 if git_mode & 0o111 else 0o644)
+
+
+# -- patches ----------------------------------------------------------------------------------
+def patch(
+    session: Session, *, from_id: str | None, to_id: str | None, fmt: str, author: str
+) -> str:
+    """The change from ``from_id`` (default: the files before the session's first step) to
+    ``to_id`` (default: the head) — both on one branch, ``from`` first — as a unified diff
+    (``git apply``) or a mailbox of one commit per user turn (``git am``)."""
+    if fmt not in PATCH_FORMATS:
+        raise InvalidInput(f"format must be one of {', '.join(PATCH_FORMATS)}.")
+    to = point(session, to_id)
+    start = 0
+    if from_id:
+        start = next((i + 1 for i, m in enumerate(to.path) if m.id == from_id), -1)
+        if start < 0:
+            if Message.objects.filter(id=from_id, session=session).exists():
+                raise InvalidInput("from must be a message before to, on the same branch.")
+            raise NotFoundError("No such message in this session.")
+        base = files_at(to.path, start) or snapshots.EMPTY_TREE
+    else:
+        base = path_start(to.path) or snapshots.EMPTY_TREE
+    snap = snapshots.for_session(session)
+    note = not_kept_note(to.not_kept)
+    if fmt == "diff":
+        text = snap.full_diff(base, to.tree)
+    else:
+        text = _mailbox(snap, base, to.path, start, author)
+    if len(text) > settings.DOWNLOAD_PATCH_MAX_BYTES:
+        raise InvalidInput(
+            f"The patch is larger than {settings.DOWNLOAD_PATCH_MAX_BYTES:,} bytes: download "
+            "an archive instead."
+        )
+    # Text before the first "diff --git" or "From " line: git apply and git am skip it.
+    return "".join(f"# {line}\n" for line in note.splitlines()) + text
+
+
+def _mailbox(
+    snap: snapshots.Snapshots, base: str, path: list[Message], start: int, author: str
+) -> str:
+    """One commit per user turn after ``start`` that changed the files, each turn's prompt
+    its message, chained from a commit of ``base``; ``git format-patch`` writes them out."""
+    ident = _ident(author)
+    parent = _commit(snap, base, None, "Files before these changes", ident, time.time())
+    first, tree = parent, base
+    turns = _turns(path, start)
+    for prompt, end, when in turns:
+        after = files_at(path, end) or snapshots.EMPTY_TREE
+        if after == tree:
+            continue
+        parent = _commit(snap, after, parent, prompt, ident, when)
+        tree = after
+    if parent == first:
+        return ""
+    return snap.format_patch(first, parent)
+
+
+def _turns(path: list[Message], start: int) -> list[tuple[str, int, float]]:
+    """(prompt, index after the turn's last message, time) of each user turn in
+    ``path[start:]``; what precedes the first user message there is a turn of its own."""
+    turns: list[tuple[str, int, float]] = []
+    for index in range(start, len(path)):
+        message = path[index]
+        if message.role == Message.Role.USER or not turns:
+            text = "".join(p.text for p in message.loaded_parts if p.type == "text")
+            if message.role != Message.Role.USER:
+                text = "Continued work"
+            turns.append((text, index + 1, message.created_at.timestamp()))
+        else:
+            prompt, _, when = turns[-1]
+            turns[-1] = (prompt, index + 1, when)
+    return turns
+
+
+def _ident(name: str) -> str:
+    clean = re.sub(r"[<>\n\r\0]", "", name).strip() or "agentplat"
+    return f"{clean} <{re.sub(r'[^A-Za-z0-9._-]', '', clean) or 'agent'}@agentplat.invalid>"
+
+
+def _commit(
+    snap: snapshots.Snapshots, tree: str, parent: str | None, prompt: str, ident: str, when: float
+) -> str:
+    text = prompt.replace("\0", "").strip() or "(empty prompt)"
+    subject, _, body = text.partition("\n")
+    subject = subject.strip()
+    if len(subject) > SUBJECT_MAX:
+        subject, body = subject[: SUBJECT_MAX - 1] + "…", text
+    body = body.strip()[:BODY_MAX]
+    stamp = f"{int(when)} +0000"
+    lines = [f"tree {tree}"]
+    if parent:
+        lines.append(f"parent {parent}")
+    lines += [f"author {ident} {stamp}", f"committer {ident} {stamp}", "", subject]
+    if body:
+        lines += ["", body]
+    return snap.write_object("commit", ("\n".join(lines) + "\n").encode("utf-8"))
