@@ -340,14 +340,15 @@ class SharedQueryIn(serializers.Serializer):
     )
 
 
-class ArchiveQueryIn(serializers.Serializer):
-    message_id = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        default="",
-        max_length=64,
-        help_text="The point (any branch); default: the head.",
+def _point(help_text: str) -> serializers.CharField:
+    """A message id naming a point of the session (blank: the default point)."""
+    return serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=64, help_text=help_text
     )
+
+
+class ArchiveQueryIn(serializers.Serializer):
+    message_id = _point("The point (any branch); default: the head.")
     format = Choice(
         ["zip", "tar.gz"],
         required=False,
@@ -358,13 +359,7 @@ class ArchiveQueryIn(serializers.Serializer):
 
 
 class PatchQueryIn(serializers.Serializer):
-    to = serializers.CharField(
-        required=False,
-        allow_blank=True,
-        default="",
-        max_length=64,
-        help_text="The last point (any branch); default: the head.",
-    )
+    to = _point("The last point (any branch); default: the head.")
     format = Choice(
         ["diff", "mbox"],
         required=False,
@@ -376,12 +371,8 @@ class PatchQueryIn(serializers.Serializer):
 
 
 # ``from`` is a keyword: declared by name.
-PatchQueryIn._declared_fields["from"] = serializers.CharField(  # noqa: SLF001
-    required=False,
-    allow_blank=True,
-    default="",
-    max_length=64,
-    help_text="The first point, before ``to`` on its branch; default: the session's start.",
+PatchQueryIn._declared_fields["from"] = _point(  # noqa: SLF001
+    "The first point, before ``to`` on its branch; default: the session's start."
 )
 
 
