@@ -58,6 +58,8 @@ async function showFile(path) {
   const res = await fetch(url, { credentials: "same-origin" });
   const text = res.ok ? await res.text() : "This file cannot be shown.";
   openViewer("file-view", path, (pre) => { pre.textContent = text; });
+  const download = document.getElementById("file-download");
+  if (download) download.href = `${url}?download=1`;
 }
 
 export async function loadChanges() {

@@ -170,3 +170,17 @@ def test_an_outsider_downloads_nothing(api, sid, outsider_api):
     mine = Message.objects.filter(session_id=sid).first().id
     answer = outsider_api.get(f"/api/sessions/{other}/archive/?message_id={mine}")
     assert answer.status_code == 404, "another session's message is not a point of this one"
+
+
+def test_one_file_downloads_as_it_is(api, sid, outsider_api):
+    run_turn(api, sid, "write dir/b.txt <b>not html</b>")
+    shown = api.get(f"/api/sessions/{sid}/files/dir/b.txt")
+    assert shown["Content-Type"].startswith("text/plain") and "attachment" not in shown.get(
+        "Content-Disposition", ""
+    )
+    got = api.get(f"/api/sessions/{sid}/files/dir/b.txt?download=1")
+    assert got.status_code == 200 and got["Content-Type"] == "application/octet-stream"
+    assert got["Content-Disposition"] == 'attachment; filename="b.txt"'
+    assert b"".join(got.streaming_content) == b"<b>not html</b>"
+    assert api.get(f"/api/sessions/{sid}/files/dir/b.txt?download=maybe").status_code == 400
+    assert outsider_api.get(f"/api/sessions/{sid}/files/dir/b.txt?download=1").status_code == 404

@@ -376,6 +376,12 @@ PatchQueryIn._declared_fields["from"] = _point(  # noqa: SLF001
 )
 
 
+class FileQueryIn(serializers.Serializer):
+    download = serializers.BooleanField(
+        required=False, default=False, help_text="The file as an attachment (a download)."
+    )
+
+
 class DiffQueryIn(serializers.Serializer):
     message_id = serializers.CharField(
         required=False, allow_blank=True, default="", help_text="One turn's diff."

@@ -42,6 +42,7 @@ from .serializers import (
     DIFF_OUT,
     ArchiveQueryIn,
     DiffQueryIn,
+    FileQueryIn,
     HeadIn,
     LineageOut,
     MessagePageOut,
@@ -157,10 +158,17 @@ class SessionViewSet(SessionScopedViewSet):
 
     @extend_schema(operation_id="sessions_files_path_retrieve", responses=FILE_OR_LISTING)
     def file(self, request: Request, session_id: str, path: str) -> Response | FileResponse:
-        """A file's content, or a directory's listing."""
+        """A file's content (``?download=1``: as an attachment, its bytes as they are), or a
+        directory's listing."""
+        download = self.query(FileQueryIn)["download"]
         found = worktree_entry(self.get_object(), path)
         if isinstance(found, list):
             return Response(found)
+        if download:
+            name = path.rstrip("/").rsplit("/", 1)[-1]
+            return FileResponse(
+                found, as_attachment=True, filename=name, content_type="application/octet-stream"
+            )
         return FileResponse(found, content_type=TEXT)
 
     @extend_schema(request=RevertIn, responses={200: SessionOut})

@@ -85,6 +85,12 @@ def _flow(page, server, tmp_path: Path) -> None:
     with page.expect_download() as got:
         answer.locator("a.download-here").click()
     assert _unzip(Path(got.value.path()).read_bytes()) == {"notes/deep/plan.txt": b"first line"}
+    page.locator("#files button.file-link", has_text="notes/deep/plan.txt").click()
+    page.wait_for_selector("#file-view:not([hidden])")
+    with page.expect_download() as got:
+        page.click("#file-download")
+    assert got.value.suggested_filename == "plan.txt"
+    assert Path(got.value.path()).read_bytes() == b"first line"
     patch = page.request.get(f"{server.url}/api/sessions/{sid}/patch/")
     assert patch.ok and "+first line" in patch.text()
 
