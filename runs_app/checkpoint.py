@@ -150,6 +150,12 @@ class Checkpointer:
             del self._dirty[obj]
         self._head = head
 
+    def closes(self, message_id: str) -> bool:
+        """A ``step-finish`` of ``message_id`` waits for the next flush."""
+        return any(
+            p.type == Part.Type.STEP_FINISH and p.message_id == message_id for p in self._new_parts
+        )
+
     def is_new(self, obj: Message | Part) -> bool:
         """Not written yet: the next flush inserts it."""
         return obj.pk in self._new_ids

@@ -480,8 +480,10 @@ class AgentLoop:
         if parked is not None:
             # The step that stopped for approvals ends now, as it would have then.
             index, before = parked
-            await self.db(self.close_step, last, index, before, ran_tools=True, finished=True)
-            self.recovered = True
+            try:
+                await self.db(self.close_step, last, index, before, ran_tools=True, finished=True)
+            finally:
+                self.recovered = open_step(last) is None  # as below
             return
         if left_open is not None:
             # A step an execution left open (its worker died, or lost the run, between a
@@ -1037,8 +1039,10 @@ class AgentLoop:
         if not self.recovered and status != Run.Status.COMPLETED:
             # Ended (an error, a cancel) before ``recover`` closed the step an earlier
             # execution of the run left open: it is closed with this end, as
-            # ``lifecycle.end_abandoned`` would close it.
-            for part in lifecycle.open_step_parts(self.run, self.session):
+            # ``lifecycle.end_abandoned`` would close it — unless this execution's closing of
+            # it only waits for this flush (its own flush failed).
+            made = lifecycle.open_step_parts(self.run, self.session)
+            for part in made if made and not self.writer.closes(made[0].message_id) else []:
                 self.writer.add(part)
                 self.emit(events.PART_UPDATED, part=part_data(part))
         self.writer.flush()

@@ -304,3 +304,32 @@ def test_a_fork_of_a_waiting_session_asks_again_there(api):
     assert (Session.objects.get(id=fork["id"]).worktree / "a.txt").read_text() == "x"
     assert not (Session.objects.get(id=sid).worktree / "a.txt").exists()
     assert Run.objects.get(id=run["id"]).status == "requires_action", "the source still waits"
+
+
+def test_a_decided_step_whose_close_fails_to_store_is_closed_once(api, monkeypatch):
+    """Found by the 30-minute chaos run (parts twice, in pairs): the execution that ran the
+    decided calls closed their step, and the checkpoint in that close lost its connection;
+    the run's end, not knowing the step closed, closed it again, and both were written."""
+    from django.db import OperationalError
+
+    from runs_app.checkpoint import Checkpointer
+
+    sid = new_session(api, permissions={"write": "ask"})
+    run = run_turn(api, sid, "write a.txt hello\nsay written", status="requires_action")
+    part_id = run["required_action"]["tool_calls"][0]["part_id"]
+    original = Checkpointer.flush
+    failed = []
+
+    def flush(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        closing = any(p.type == Part.Type.STEP_FINISH for p in self._new_parts)  # noqa: SLF001
+        if closing and not failed:
+            failed.append(True)
+            raise OperationalError("terminating connection due to administrator command")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpointer, "flush", flush)
+    approve(api, run["id"], part_id, "allow")
+    assert settled(api, run["id"])["status"] == "error" and failed
+    step = Part.objects.get(id=part_id).message_id
+    assert Part.objects.filter(message_id=step, type=Part.Type.STEP_FINISH).count() == 1
+    assert Part.objects.filter(message_id=step, type=Part.Type.PATCH).count() == 1
