@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import subprocess
 import tarfile
+import time
 import warnings
 import zipfile
 from pathlib import Path
@@ -132,6 +133,9 @@ def test_a_mailbox_holds_one_commit_per_turn_that_git_am_applies(api, sid, tmp_p
     subjects = _git(repo, "log", "--format=%s", "-n", "2").splitlines()
     assert subjects == ["Second turn: tidy up", "write a.txt one"]
     assert _git(repo, "log", "--format=%an", "-n", "1").strip() == "alice"
+    time.sleep(1.1)  # a clock in the commits would show now
+    again = api.get(f"/api/sessions/{sid}/patch/?format=mbox").content
+    assert again == response.content, "the same commits: no new objects at each download"
 
 
 def test_files_the_snapshots_do_not_keep_are_listed(api, sid, settings):

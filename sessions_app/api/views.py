@@ -350,15 +350,14 @@ class SessionDownloadViewSet(SessionScopedViewSet):
         (``git am``)."""
         session = self.get_object()
         query = self.query(PatchQueryIn)
-        text = downloads.patch(
+        text, not_kept = downloads.patch(
             session,
             from_id=query["from"] or None,
             to_id=query["to"] or None,
             fmt=query["format"],
             author=request.user.get_username(),
         )
-        to = downloads.point(session, query["to"] or None)
         kind = "text/x-diff" if query["format"] == "diff" else "application/mbox"
         response = HttpResponse(text.encode("utf-8", "surrogateescape"), content_type=kind)
         name = downloads.download_name(session, "diff" if query["format"] == "diff" else "mbox")
-        return _attachment(response, name, len(to.not_kept))
+        return _attachment(response, name, not_kept)

@@ -56,7 +56,7 @@ def point(session: Session, message_id: str | None) -> Point:
     leaf = fork_point(session, message_id or None)  # NotFoundError for another session's id
     path = active_path(session, leaf_id=leaf) if leaf else []
     tree = files_at(path, len(path)) or snapshots.EMPTY_TREE
-    when = path[-1].created_at.timestamp() if path else time.time()
+    when = (path[-1] if path else session).created_at.timestamp()
     return Point(path=path, tree=tree, when=when, not_kept=_not_kept(session, path, leaf))
 
 
@@ -199,10 +199,11 @@ def _mode(git_mode: int) -> int:
 # -- patches ----------------------------------------------------------------------------------
 def patch(
     session: Session, *, from_id: str | None, to_id: str | None, fmt: str, author: str
-) -> str:
+) -> tuple[str, int]:
     """The change from ``from_id`` (default: the files before the session's first step) to
     ``to_id`` (default: the head) — both on one branch, ``from`` first — as a unified diff
-    (``git apply``) or a mailbox of one commit per user turn (``git am``)."""
+    (``git apply``) or a mailbox of one commit per user turn (``git am``); with the number of
+    files not kept at ``to`` (listed in the text's preamble)."""
     if fmt not in PATCH_FORMATS:
         raise InvalidInput(f"format must be one of {', '.join(PATCH_FORMATS)}.")
     to = point(session, to_id)
@@ -221,23 +222,31 @@ def patch(
     if fmt == "diff":
         text = snap.full_diff(base, to.tree)
     else:
-        text = _mailbox(snap, base, to.path, start, author)
+        text = _mailbox(snap, base, to.path, start, author, to.when)
     if len(text) > settings.DOWNLOAD_PATCH_MAX_BYTES:
         raise InvalidInput(
             f"The patch is larger than {settings.DOWNLOAD_PATCH_MAX_BYTES:,} bytes: download "
             "an archive instead."
         )
     # Text before the first "diff --git" or "From " line: git apply and git am skip it.
-    return "".join(f"# {line}\n" for line in note.splitlines()) + text
+    preamble = "".join(f"# {line}\n" for line in note.splitlines())
+    return preamble + text, len(to.not_kept)
 
 
 def _mailbox(
-    snap: snapshots.Snapshots, base: str, path: list[Message], start: int, author: str
+    snap: snapshots.Snapshots,
+    base: str,
+    path: list[Message],
+    start: int,
+    author: str,
+    when: float,
 ) -> str:
     """One commit per user turn after ``start`` that changed the files, each turn's prompt
-    its message, chained from a commit of ``base``; ``git format-patch`` writes them out."""
+    its message, chained from a commit of ``base``; ``git format-patch`` writes them out.
+    Every commit's time is the session's (``when``: the point's), so the same download
+    writes the same objects again, not new ones each time."""
     ident = _ident(author)
-    parent = _commit(snap, base, None, "Files before these changes", ident, time.time())
+    parent = _commit(snap, base, None, "Files before these changes", ident, when)
     first, tree = parent, base
     turns = _turns(path, start)
     for prompt, end, when in turns:
