@@ -435,11 +435,45 @@ CELERY_TASK_SOFT_TIME_LIMIT = RUN_TIME_LIMIT_SECONDS
 
 # Files larger than this stay out of worktree snapshots (reported in step-finish parts).
 SNAPSHOT_MAX_FILE_BYTES = int(os.environ.get("SNAPSHOT_MAX_FILE_BYTES", str(10 * 1024 * 1024)))
+# Paths snapshots never keep (gitignore patterns, comma-separated; written to each snapshot git
+# dir's info/exclude): what a package manager or an interpreter rebuilds. Listed as "excluded"
+# among a step's skipped files. Empty: every file not ignored by the worktree's .gitignore.
+SNAPSHOT_EXCLUDE = [
+    p.strip()
+    for p in os.environ.get(
+        "SNAPSHOT_EXCLUDE",
+        "node_modules/,.venv/,__pycache__/,.mypy_cache/,.pytest_cache/,.ruff_cache/,.tox/",
+    ).split(",")
+    if p.strip()
+]
 # Downloads (archives, patches): an archive reads blobs in batches of at most this many
 # bytes, each batch sent before the next is read; a patch past the second bound is refused
 # (an archive holds the same files).
 DOWNLOAD_BATCH_BYTES = int(os.environ.get("DOWNLOAD_BATCH_BYTES", str(8 * 1024 * 1024)))
 DOWNLOAD_PATCH_MAX_BYTES = int(os.environ.get("DOWNLOAD_PATCH_MAX_BYTES", str(64 * 1024 * 1024)))
+# Repositories (sessions_app/repos.py, docs/repositories.md). A clone or an upload past
+# REPO_MAX_BYTES (the files checked out, and what git receives) or REPO_MAX_FILES, or still
+# going after REPO_CLONE_TIMEOUT seconds, is stopped and leaves nothing behind. A repository
+# host that resolves to a loopback, private or link-local address is refused unless
+# GIT_ALLOWED_HOSTS (comma-separated "host" or "host:port") names it. GIT_SSL_CAINFO: a CA
+# bundle to trust for https clones and pushes (an internal CA); empty: the system's.
+REPO_MAX_BYTES = int(os.environ.get("REPO_MAX_BYTES", str(1024 * 1024 * 1024)))
+REPO_MAX_FILES = int(os.environ.get("REPO_MAX_FILES", "100000"))
+REPO_CLONE_TIMEOUT = float(os.environ.get("REPO_CLONE_TIMEOUT", "600"))
+GIT_ALLOWED_HOSTS = [
+    h.strip().lower() for h in os.environ.get("GIT_ALLOWED_HOSTS", "").split(",") if h.strip()
+]
+GIT_SSL_CAINFO = os.environ.get("GIT_SSL_CAINFO", "")
+# Saved repository credentials are encrypted with Fernet (``cryptography``). CREDENTIALS_KEYS:
+# comma-separated Fernet keys, the first encrypts, all decrypt (rotation); empty: one key
+# derived from SECRET_KEY (changing SECRET_KEY then makes saved credentials unreadable).
+# A folder dropped on the page is sent as one multipart file per file (Django's own bound on
+# the number of files in one request; larger trees go as an archive).
+DATA_UPLOAD_MAX_NUMBER_FILES = int(os.environ.get("UPLOAD_MAX_FOLDER_FILES", "10000"))
+CREDENTIALS_PER_USER_MAX = int(os.environ.get("CREDENTIALS_PER_USER_MAX", "50"))
+CREDENTIALS_KEYS = [
+    k.strip() for k in os.environ.get("CREDENTIALS_KEYS", "").split(",") if k.strip()
+]
 # A git call of the snapshots that has not answered after this long is killed and fails with
 # SnapshotError: a hung git (a stuck filesystem, a huge worktree) must not hold a run forever.
 SNAPSHOT_GIT_TIMEOUT_SECONDS = float(os.environ.get("SNAPSHOT_GIT_TIMEOUT_SECONDS", "60"))

@@ -12,6 +12,7 @@ from runs_app.health import health
 from runs_app.metrics import metrics_view
 from sessions_app import pages
 from sessions_app.api import account
+from sessions_app.api import repositories as repo_views
 from sessions_app.api import views as session_views
 
 # ViewSet actions, routed by hand: every path of the contract keeps its exact shape.
@@ -31,6 +32,12 @@ api = [
     path("sessions/", sessions({"get": "list", "post": "create"})),
     # Before ``sessions/<session_id>/``, which would take "import" for an id.
     path("sessions/import/", run_views.SessionImportViewSet.as_view({"post": "create"})),
+    path("sessions/upload/", repo_views.UploadViewSet.as_view({"post": "create"})),
+    path("credentials/", repo_views.CredentialViewSet.as_view({"get": "list", "post": "create"})),
+    path(
+        "credentials/<str:credential_id>/",
+        repo_views.CredentialViewSet.as_view({"delete": "destroy"}),
+    ),
     path(
         "sessions/<str:session_id>/",
         sessions({"get": "retrieve", "patch": "partial_update", "delete": "destroy"}),
@@ -49,6 +56,7 @@ api = [
     ),
     path("sessions/<str:session_id>/archive/", downloads({"get": "archive"})),
     path("sessions/<str:session_id>/patch/", downloads({"get": "patch"})),
+    path("sessions/<str:session_id>/push/", repo_views.PushViewSet.as_view({"post": "push"})),
     path(
         "sessions/<str:session_id>/share/",
         sessions({"get": "shared_link", "post": "share", "delete": "unshare"}),

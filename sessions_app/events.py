@@ -43,6 +43,7 @@ SESSION_STATUS = "session.status"
 SESSION_UPDATED = "session.updated"
 SESSION_DIFF = "session.diff"
 SESSION_ERROR = "session.error"
+SESSION_PREPARE = "session.prepare"  # a clone's progress: {phase, done, total}
 RUN_UPDATED = "run.updated"
 MESSAGE_UPDATED = "message.updated"
 MESSAGE_REMOVED = "message.removed"
@@ -59,6 +60,7 @@ EVENT_TYPES = frozenset(
         SESSION_UPDATED,
         SESSION_DIFF,
         SESSION_ERROR,
+        SESSION_PREPARE,
         RUN_UPDATED,
         MESSAGE_UPDATED,
         MESSAGE_REMOVED,

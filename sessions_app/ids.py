@@ -46,3 +46,12 @@ def part_id() -> str:
 
 def share_token() -> str:
     return secrets.token_urlsafe(24)
+
+
+def credential_id() -> str:
+    return new_id("crd")
+
+
+def prepare_id() -> str:
+    """The busy lock's holder while a session's worktree is being filled (a clone)."""
+    return new_id("prep")

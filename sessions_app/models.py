@@ -14,6 +14,8 @@ class Session(models.Model):
         IDLE = "idle"
         BUSY = "busy"
         WAITING = "waiting"  # its run waits for the owner to approve a tool call
+        # Its worktree is being filled (a clone): a job holds the busy lock (``repos``).
+        PREPARING = "preparing"
 
     class Checkpoint(models.TextChoices):
         RUNS = "runs"
@@ -34,7 +36,7 @@ class Session(models.Model):
         "sessions_app.Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     # The busy lock: a run id plus a lease. Taken with a conditional UPDATE (see services/lock).
-    status = models.CharField(max_length=8, choices=Status.choices, default=Status.IDLE)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.IDLE)
     busy_run_id = models.CharField(max_length=40, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     revert = models.JSONField(null=True, blank=True)
@@ -49,6 +51,9 @@ class Session(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
     forked_from_message_id = models.CharField(max_length=40, null=True, blank=True)
+    # Where the worktree's first files came from: {} (empty), or {"type": "git", "url", "ref",
+    # "depth", "commit", "credential_id", "error"?} or {"type": "upload", "name", "files"}.
+    source = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -185,3 +190,31 @@ class Share(models.Model):
 
     def __str__(self) -> str:
         return f"share of {self.session_id}"
+
+
+class Credential(models.Model):
+    """A user's secret for their private repositories (an access token or an ssh deploy
+    key), stored encrypted (``sessions_app.secrets``). The secret is never shown back."""
+
+    class Kind(models.TextChoices):
+        TOKEN = "token"
+        SSH_KEY = "ssh_key"
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=ids.credential_id, editable=False
+    )
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="git_credentials"
+    )
+    name = models.CharField(max_length=100)
+    host = models.CharField(max_length=255)
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    secret = models.BinaryField()  # a Fernet token of the secret
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind}, {self.host})"

@@ -180,9 +180,24 @@ def session_data(session: Session) -> dict[str, Any]:
         "context_tokens": session.context_tokens,
         "usage": session.usage or {},
         "permissions": permissions.in_force(session.permissions),
+        "source": source_data(session.source),
         "created_at": _iso(session.created_at),
         "updated_at": _iso(session.updated_at),
     }
+
+
+SOURCE_FIELDS = ("type", "url", "ref", "depth", "commit", "error", "name", "files")
+
+
+def source_data(source: dict | None) -> dict[str, Any]:
+    """Where the worktree's first files came from (CONTRACT: ``source``); ``{"type":
+    "empty"}`` for a session that started empty. Never a credential."""
+    if not source:
+        return {"type": "empty"}
+    out = {k: source[k] for k in SOURCE_FIELDS if k in source}
+    if out.get("type") == "git":
+        out.setdefault("commit", None)
+    return out
 
 
 _CLIP_DEPTH = 32

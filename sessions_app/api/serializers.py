@@ -186,7 +186,36 @@ class TokenIn(In):
     password = serializers.CharField(trim_whitespace=False)
 
 
+class RepositoryIn(In):
+    url = serializers.CharField(
+        max_length=2000, help_text="https://, ssh:// (or user@host:path) or git:// URL."
+    )
+    ref = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=200,
+        default="",
+        help_text="A branch, a tag or a commit id; empty: the remote's default branch.",
+    )
+    depth = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1_000_000,
+        default=1,
+        help_text="Commits of history to fetch; 0: all of it.",
+    )
+    credential_id = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=40, default=None
+    )
+
+
 class SessionIn(In):
+    repository = RepositoryIn(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Start from a clone of this repository (the session is 'preparing' first).",
+    )
     title = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
     model = serializers.CharField(
         required=False,
@@ -663,3 +692,41 @@ class ModelOut(Out):
 class ModelsOut(Out):
     default = serializers.CharField(help_text="AGENT_MODEL: a new session's model.")
     results = ModelOut(many=True)
+
+
+class UploadIn(In):
+    title = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+
+
+class PushIn(In):
+    branch = serializers.CharField(max_length=200, help_text="The remote branch to push to.")
+    credential_id = serializers.CharField(
+        required=False, allow_null=True, allow_blank=True, max_length=40, default=None
+    )
+
+
+class PushOut(serializers.Serializer):
+    remote = serializers.CharField()
+    branch = serializers.CharField()
+    commit = serializers.CharField()
+
+
+class CredentialIn(In):
+    name = serializers.CharField(max_length=100)
+    host = serializers.RegexField(
+        r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?$",
+        max_length=255,
+        help_text="The host it is sent to (and only there), e.g. github.com.",
+    )
+    kind = Choice(("token", "ssh_key"), message="kind must be one of token, ssh_key.")
+    secret = serializers.CharField(
+        max_length=16384, trim_whitespace=False, write_only=True, help_text="Never shown back."
+    )
+
+
+class CredentialOut(serializers.Serializer):
+    id = serializers.CharField()
+    name = serializers.CharField()
+    host = serializers.CharField()
+    kind = serializers.CharField()
+    created_at = serializers.DateTimeField()

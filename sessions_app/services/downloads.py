@@ -245,19 +245,28 @@ def _mailbox(
     its message, chained from a commit of ``base``; ``git format-patch`` writes them out.
     Every commit's time is the session's (``when``: the point's), so the same download
     writes the same objects again, not new ones each time."""
+    first = _commit(snap, base, None, "Files before these changes", _ident(author), when)
+    tip = chain(snap, first, base, path, start, author)
+    if tip == first:
+        return ""
+    return snap.format_patch(first, tip)
+
+
+def chain(
+    snap: snapshots.Snapshots, parent: str, tree: str, path: list[Message], start: int, author: str
+) -> str:
+    """Commits on top of ``parent`` (whose tree is ``tree``): one per user turn of
+    ``path[start:]`` that changed the files, its prompt the message, each turn's time the
+    commit's. The last one's id (``parent`` when no turn changed anything). Also what a push
+    sends (``services.repositories.push``)."""
     ident = _ident(author)
-    parent = _commit(snap, base, None, "Files before these changes", ident, when)
-    first, tree = parent, base
-    turns = _turns(path, start)
-    for prompt, end, when in turns:
+    for prompt, end, when in _turns(path, start):
         after = files_at(path, end) or snapshots.EMPTY_TREE
         if after == tree:
             continue
         parent = _commit(snap, after, parent, prompt, ident, when)
         tree = after
-    if parent == first:
-        return ""
-    return snap.format_patch(first, parent)
+    return parent
 
 
 def _turns(path: list[Message], start: int) -> list[tuple[str, int, float]]:

@@ -10,7 +10,7 @@ from django.utils import timezone
 from quotas_app import services as quotas
 
 from .. import events, snapshots
-from ..errors import ConflictError, InvalidInput, NotFoundError
+from ..errors import ConflictError, InvalidInput, NotFoundError, SessionBusyError
 from ..models import HistoryEvent, Message, Session
 from ..selectors import active_path, files_at, session_data
 from . import lock
@@ -25,12 +25,20 @@ def create_session(
     system_prompt: str = "",
     checkpoint: str = "",
     permissions: dict | None = None,
+    repository: dict | None = None,
 ) -> Session:
     """A new session of ``owner``. The arguments' shape (a checkpoint mode of
     ``Session.Checkpoint``, a model name ``scripted`` or ``openai:<model>``) is the API's to
-    check (``sessions_app.api.serializers.SessionIn``); empty means the default."""
+    check (``sessions_app.api.serializers.SessionIn``); empty means the default.
+    ``repository`` ({url, ref, depth, credential_id}): the session starts ``preparing`` and
+    its worktree is cloned by a job (``services.repositories``)."""
+    from .repositories import check_repository, hold_for_clone
+
     checkpoint = checkpoint or Session.Checkpoint.TOOL_BATCH
     model = model or settings.AGENT_MODEL
+    source = check_repository(owner, repository) if repository else {}
+    if source and not title:
+        title = source["url"].rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
     with transaction.atomic():
         check_session_quota(owner)
         session = Session.objects.create(
@@ -40,8 +48,11 @@ def create_session(
             system_prompt=system_prompt,
             checkpoint=checkpoint,
             permissions=permissions or {},
+            source=source,
         )
-    session.worktree.mkdir(parents=True, exist_ok=True)
+        session.worktree.mkdir(parents=True, exist_ok=True)
+        if source:
+            hold_for_clone(session)
     return session
 
 
@@ -101,7 +112,10 @@ def set_permissions(*, session: Session, rules: dict) -> Session:
 
 def delete_session(*, session: Session) -> None:
     with transaction.atomic():
-        locked = lock.lock_idle_session(session.id)
+        locked = lock.lock_session(session.id)
+        if locked.status != Session.Status.PREPARING and lock.is_busy(locked):
+            raise SessionBusyError()
+        # A clone in progress is cancelled: its job sees the session gone and stops git.
         worktree, snapshot_dir = locked.worktree, locked.snapshot_dir
         locked.delete()
     shutil.rmtree(worktree, ignore_errors=True)

@@ -1,0 +1,419 @@
+"""Git remotes: the URL check, and the one runner of a git that talks to a remote (a clone, a
+push). Everything here treats the repository as hostile (SEMANTICS 11, 13):
+
+* **Where git may go.** Only ``https``, ``ssh`` and ``git`` URLs (``check_url``); every
+  other transport is off (``protocol.allow=never``, the three allowed one by one), and so
+  are redirects. The host's addresses are resolved here and refused when one is loopback,
+  private, link-local or otherwise not global, unless ``GIT_ALLOWED_HOSTS`` names the host;
+  git is then pinned to the addresses that were checked (``http.curloptResolve`` for https,
+  the address itself in the URL for ssh and git), so a second lookup cannot lead elsewhere.
+* **What git may run.** The environment is git's alone: no system or global config, an
+  empty ``HOME``, no askpass, no credential helper, hooks pointed at ``/dev/null``, no
+  fsmonitor, no submodules, no attributes file of ours. A clone is made in a staging
+  directory whose config is the server's; the repository's own ``.git/config`` only comes
+  into being as the clone's and is never read by a server git afterwards: a push runs in the
+  session's snapshot store, never in the worktree's ``.git``.
+* **The user's secret.** A token travels as an ``http.extraHeader`` given through git's
+  environment (``GIT_CONFIG_COUNT``), never on a command line (``/proc/<pid>/cmdline``) and
+  never in a file of the worktree; a deploy key is written to a file of mode 0600 in a
+  temporary directory outside every worktree, removed when git ends. Neither is logged, and
+  git's own error text is scrubbed of it before anyone sees it.
+* **Bounds.** Wall time (``REPO_CLONE_TIMEOUT``), what git reports it received and the files
+  it checks out (``REPO_MAX_BYTES``, ``REPO_MAX_FILES``), read from its progress as it goes;
+  past any of them git's process group is killed.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ipaddress
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+from django.conf import settings
+
+SCHEMES = {"https": 443, "ssh": 22, "git": 9418}
+SCP_LIKE = re.compile(r"^(?P<user>[A-Za-z0-9._-]+)@(?P<host>[A-Za-z0-9.-]+):(?P<path>[^/].*)$")
+LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+HOST_NAME = re.compile(rf"^(?=.{{1,253}}$){LABEL}(?:\.{LABEL})*$")
+URL_MAX = 2000
+PROGRESS = re.compile(
+    r"(?:remote: )?(?P<phase>[A-Za-z][A-Za-z ]+):\s+\d+% \((?P<done>\d+)/(?P<total>\d+)\)"
+    r"(?:, (?P<size>[\d.]+) (?P<unit>bytes|KiB|MiB|GiB))?"
+)
+UNITS = {"bytes": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+
+
+class RepoError(Exception):
+    """A clone, push or URL refused or failed: ``str(exc)`` is one sentence for the user."""
+
+
+class RepoLimitError(RepoError):
+    pass
+
+
+class RepoCancelled(RepoError):
+    pass
+
+
+class PushRejected(RepoError):
+    """The remote refused the update (the branch exists and would not fast-forward)."""
+
+
+@dataclass(frozen=True)
+class Remote:
+    url: str  # as the user gave it, normalised (what is stored and shown; never a secret)
+    scheme: str
+    host: str
+    port: int
+    addresses: tuple[str, ...]  # the checked addresses git is pinned to
+
+    @property
+    def pinned_url(self) -> str:
+        """The URL git is given: for ssh and git, the checked address in place of the name."""
+        if self.scheme == "https" or not self.addresses:
+            return self.url
+        parts = urlsplit(self.url)
+        address = self.addresses[0]
+        host = f"[{address}]" if ":" in address else address
+        userinfo = f"{parts.username}@" if parts.username else ""
+        netloc = f"{userinfo}{host}:{self.port}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, ""))
+
+    def config(self) -> list[tuple[str, str]]:
+        if self.scheme == "https" and self.addresses:
+            entries = ",".join(f"[{a}]" if ":" in a else a for a in self.addresses)
+            return [("http.curloptResolve", f"{self.host}:{self.port}:{entries}")]
+        return []
+
+
+def _allowed(host: str, port: int) -> bool:
+    allowed = settings.GIT_ALLOWED_HOSTS
+    return host in allowed or f"{host}:{port}" in allowed
+
+
+def check_url(url: object) -> Remote:
+    """The remote ``url`` names, or ``RepoError`` saying why it is refused (before any
+    connection is made)."""
+    if not isinstance(url, str) or not url.strip():
+        raise RepoError("url must be a repository URL (https://, ssh:// or git://).")
+    url = url.strip()
+    if len(url) > URL_MAX or any(ord(c) < 0x21 or c == "\x7f" for c in url):
+        raise RepoError("url must be one line without spaces or control characters.")
+    scp = SCP_LIKE.match(url)
+    if scp and "://" not in url:
+        url = f"ssh://{scp['user']}@{scp['host']}/{scp['path']}"
+    if "::" in url.split("/", 1)[0]:
+        raise RepoError("Only https://, ssh:// and git:// repository URLs are accepted.")
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise RepoError("Only https://, ssh:// and git:// repository URLs are accepted.")
+    try:
+        host, port = (parts.hostname or "").lower(), parts.port or SCHEMES[scheme]
+    except ValueError:
+        raise RepoError("The URL's port is not a number.") from None
+    if not host:
+        raise RepoError("The URL names no host.")
+    if parts.password is not None or (scheme != "ssh" and parts.username is not None):
+        raise RepoError(
+            "Put no user name or token in the URL: save it as a credential and choose it."
+        )
+    if not parts.path.strip("/") or parts.path.startswith("/-") or "/../" in f"{parts.path}/":
+        raise RepoError("The URL names no repository path.")
+    if parts.fragment:
+        raise RepoError("The URL must not have a #fragment.")
+    try:
+        literal = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        literal = None
+    if literal is None and not HOST_NAME.match(host):
+        raise RepoError("The URL's host is not a valid host name.")
+    addresses = _resolve(host, port)
+    if not _allowed(host, port):
+        for address in addresses:
+            ip = ipaddress.ip_address(address)
+            if not ip.is_global or ip.is_multicast:
+                raise RepoError(
+                    f"{host} resolves to a local or private address ({address}): the "
+                    "deployment does not allow it (GIT_ALLOWED_HOSTS)."
+                )
+    netloc = parts.netloc.lower() if scheme != "ssh" else parts.netloc
+    return Remote(
+        url=urlunsplit((scheme, netloc, parts.path, parts.query, "")),
+        scheme=scheme,
+        host=host.strip("[]"),
+        port=port,
+        addresses=addresses,
+    )
+
+
+def _resolve(host: str, port: int) -> tuple[str, ...]:
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        raise RepoError(f"The host {host} could not be found.") from None
+    seen: list[str] = []
+    for info in infos:
+        address = str(info[4][0]).split("%", 1)[0]
+        if address not in seen:
+            seen.append(address)
+    if not seen:
+        raise RepoError(f"The host {host} could not be found.")
+    return tuple(seen)
+
+
+# -- the runner --------------------------------------------------------------------------------
+# Given on every command line (``-c`` wins over every config file git reads).
+FLAGS = (
+    "--no-replace-objects",
+    *(
+        a
+        for o in (
+            "protocol.allow=never",
+            "protocol.https.allow=always",
+            "protocol.ssh.allow=always",
+            "protocol.git.allow=always",
+            f"core.hooksPath={os.devnull}",
+            "core.fsmonitor=false",
+            f"core.attributesFile={os.devnull}",
+            f"core.excludesFile={os.devnull}",
+            "core.askPass=",
+            "credential.helper=",
+            "http.followRedirects=false",
+            "submodule.recurse=false",
+            "fetch.recurseSubmodules=false",
+            "fetch.unpackLimit=1",  # objects stay in packs: the snapshot store copies them
+            "transfer.unpackLimit=1",
+            "gc.auto=0",
+            "maintenance.auto=false",
+            "advice.detachedHead=false",
+            "init.defaultBranch=main",
+        )
+        for a in ("-c", o)
+    ),
+)
+
+
+@dataclass
+class Secret:
+    """What authenticates to the remote: a token (https) or a private key (ssh)."""
+
+    kind: str  # "token" | "ssh_key"
+    value: str = field(repr=False)
+
+
+@dataclass
+class Watch:
+    """Bounds and reports for one git process: progress is handed to ``on_progress`` (at
+    most every ``every`` seconds); ``cancelled`` is asked twice a second."""
+
+    deadline: float
+    max_bytes: int = 0
+    max_files: int = 0
+    on_progress: Callable[[str, int, int], None] | None = None
+    cancelled: Callable[[], bool] | None = None
+    every: float = 0.25
+
+
+def _environment(home: str, remote: Remote, secret: Secret | None, key_dir: str) -> dict:
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": home,
+        "LC_ALL": "C",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_ATTR_NOSYSTEM": "1",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_NO_REPLACE_OBJECTS": "1",
+        "GIT_PROTOCOL_FROM_USER": "0",
+        "GIT_ALLOW_PROTOCOL": "https:ssh:git",
+        "GIT_SSH_VARIANT": "ssh",
+    }
+    if settings.GIT_SSL_CAINFO:
+        env["GIT_SSL_CAINFO"] = settings.GIT_SSL_CAINFO
+    config = list(remote.config())
+    ssh = [
+        "ssh", "-F", os.devnull, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+        "-o", "StrictHostKeyChecking=accept-new",
+        "-o", f"UserKnownHostsFile={key_dir}/known_hosts",
+        "-o", f"HostKeyAlias={remote.host}", "-o", "ProxyCommand=none",
+        "-o", "PermitLocalCommand=no",
+    ]  # fmt: skip
+    if secret is not None and secret.kind == "token":
+        pair = base64.b64encode(f"x-access-token:{secret.value}".encode()).decode()
+        config.append(("http.extraHeader", f"Authorization: Basic {pair}"))
+    elif secret is not None and secret.kind == "ssh_key":
+        key = Path(key_dir) / "key"
+        fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secret.value.strip() + "\n")
+        ssh += ["-i", str(key)]
+    env["GIT_SSH_COMMAND"] = " ".join(ssh)
+    env["GIT_CONFIG_COUNT"] = str(len(config))
+    for i, (name, value) in enumerate(config):
+        env[f"GIT_CONFIG_KEY_{i}"] = name
+        env[f"GIT_CONFIG_VALUE_{i}"] = value
+    return env
+
+
+def scrub(text: str, secret: Secret | None) -> str:
+    """``text`` without the secret (or its Basic form), and at most 500 characters."""
+    if secret is not None and secret.value:
+        for form in (
+            secret.value,
+            base64.b64encode(f"x-access-token:{secret.value}".encode()).decode(),
+        ):
+            text = text.replace(form, "***")
+    text = re.sub(r"(?i)authorization: *\S+ *\S*", "Authorization: ***", text)
+    return text.strip()[-500:]
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    stdout: str
+    stderr: str  # scrubbed
+
+
+@contextlib.contextmanager
+def _scratch() -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="agentplat-git-") as directory:
+        os.chmod(directory, 0o700)
+        yield directory
+
+
+def run(
+    args: Sequence[str],
+    *,
+    remote: Remote,
+    secret: Secret | None,
+    watch: Watch,
+    cwd: Path,
+    git_dir: Path | None = None,
+) -> Result:
+    """Run ``git <args>`` against ``remote``, bounded by ``watch``; raises ``RepoLimitError``
+    or ``RepoCancelled`` (after killing it) when a bound is passed."""
+    git = shutil.which("git")
+    if git is None:
+        raise RepoError("git is not installed on the server.")
+    with _scratch() as scratch:
+        home = os.path.join(scratch, "home")
+        os.mkdir(home)
+        env = _environment(home, remote, secret, scratch)
+        if git_dir is not None:
+            env["GIT_DIR"] = str(git_dir)
+        proc = subprocess.Popen(
+            [git, *FLAGS, *args],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        out: list[bytes] = []
+        err: list[bytes] = []
+        failure: list[RepoError] = []
+        last = [0.0]
+
+        def read_out() -> None:
+            assert proc.stdout is not None
+            for chunk in iter(lambda: proc.stdout.read(65536), b""):
+                if sum(map(len, out)) < 1 << 20:
+                    out.append(chunk)
+
+        def read_err() -> None:
+            assert proc.stderr is not None
+            pending = b""
+            for chunk in iter(lambda: proc.stderr.read1(65536), b""):
+                pending += chunk
+                *lines, pending = re.split(rb"[\r\n]", pending)
+                for line in lines:
+                    _progress(line.decode("utf-8", "replace"))
+                if sum(map(len, err)) < 1 << 16:
+                    err.append(chunk)
+
+        def _progress(line: str) -> None:
+            match = PROGRESS.search(line)
+            if not match:
+                return
+            phase, done, total = match["phase"].strip(), int(match["done"]), int(match["total"])
+            if match["size"] and watch.max_bytes:
+                received = float(match["size"]) * UNITS[match["unit"]]
+                if received > watch.max_bytes:
+                    failure.append(
+                        RepoLimitError(
+                            f"The repository is larger than {watch.max_bytes:,} bytes "
+                            "(REPO_MAX_BYTES)."
+                        )
+                    )
+            if phase.startswith("Updating files") and watch.max_files and total > watch.max_files:
+                failure.append(
+                    RepoLimitError(
+                        f"The repository has more than {watch.max_files:,} files (REPO_MAX_FILES)."
+                    )
+                )
+            now = time.monotonic()
+            if watch.on_progress and (now - last[0] >= watch.every or done == total):
+                last[0] = now
+                with contextlib.suppress(Exception):
+                    watch.on_progress(phase, done, total)
+
+        readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
+        for reader in readers:
+            reader.start()
+        try:
+            while proc.poll() is None:
+                if failure:
+                    raise failure[0]
+                if time.monotonic() > watch.deadline:
+                    raise RepoLimitError(
+                        f"The repository took longer than {settings.REPO_CLONE_TIMEOUT:g} s "
+                        "(REPO_CLONE_TIMEOUT)."
+                    )
+                if watch.cancelled and watch.cancelled():
+                    raise RepoCancelled("Cancelled.")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(0.5)
+            for reader in readers:
+                reader.join(5)
+            if failure:
+                raise failure[0]
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
+        finally:
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+        return Result(
+            proc.returncode,
+            b"".join(out).decode("utf-8", "replace"),
+            scrub(b"".join(err).decode("utf-8", "replace"), secret),
+        )
+
+
+def failure_sentence(result: Result, what: str) -> str:
+    """One sentence for a failed git: its last ``fatal:``/``error:`` line, scrubbed."""
+    lines = [
+        line.strip()
+        for line in re.split(r"[\r\n]", result.stderr)
+        if line.strip().startswith(("fatal:", "error:", "remote: error", "!"))
+    ]
+    detail = lines[-1] if lines else (result.stderr.splitlines() or ["no detail"])[-1]
+    return f"{what} failed: {detail[:300]}"
