@@ -58,7 +58,14 @@ def _list_context(request: HttpRequest, **extra: object) -> dict:
         s.parent_visible = s.forked_from_session_id in mine or (
             s.forked_from_session is not None and s.forked_from_session.owner_id == request.user.pk
         )
-    return {"sessions": sessions, "q": query, "older": older, "before": before, **extra}
+    return {
+        "sessions": sessions,
+        "q": query,
+        "older": older,
+        "before": before,
+        "open_new_from": request.GET.get("new") == "1",
+        **extra,
+    }
 
 
 def _list_error(request: HttpRequest, exc: AppError) -> HttpResponse:
@@ -189,7 +196,40 @@ def password_change(request: HttpRequest) -> HttpResponse:
     return render(request, "app/password.html", {"form": form}, status=400 if form.errors else 200)
 
 
+@login_required
+def credentials(request: HttpRequest) -> HttpResponse:
+    """The user's saved repository credentials: add (name, host, kind, secret), list and
+    delete; a secret is never shown back."""
+    from .api.serializers import CredentialIn
+    from .services import repositories
+
+    error = ""
+    if request.method == "POST":
+        try:
+            if request.POST.get("delete"):
+                repositories.delete_credential(
+                    owner=request.user, credential_id=request.POST["delete"]
+                )
+            else:
+                form = CredentialIn(data=request.POST)
+                if not form.is_valid():
+                    field, problems = next(iter(form.errors.items()))
+                    raise AppError(f"{field}: {problems[0]}")
+                repositories.save_credential(owner=request.user, **form.validated_data)
+            return redirect("credentials")
+        except AppError as exc:
+            error = exc.message
+    rows = repositories.credentials_of(request.user)
+    return render(
+        request,
+        "app/credentials.html",
+        {"credentials": rows, "error": error},
+        status=400 if error else 200,
+    )
+
+
 urlpatterns = [
+    path("credentials/", credentials, name="credentials"),
     path("", session_list, name="home"),
     path("sessions/new/", session_new, name="session-new"),
     path("sessions/<str:session_id>/", chat, name="chat"),

@@ -20,6 +20,7 @@ import {
   closeViewers, ctx, el, initShare, loadChanges, loadFiles, loadLineage, loadShare,
 } from "./panels.js";
 import { initSidebar, markCurrent } from "./sidebar.js";
+import { initRepository, renderSource, showPrepare } from "./repository.js";
 
 const root = document.getElementById("chat");
 let sessionId = root.dataset.sessionId;
@@ -84,6 +85,7 @@ function setSession(next) {
   // The session as the server says; what every message shows of it (the revert) re-renders.
   if (JSON.stringify(session?.revert ?? null) !== JSON.stringify(next?.revert ?? null)) globalV++;
   session = next;
+  if (next) renderSource(next);
 }
 
 function upsertMessage(m) {
@@ -529,6 +531,7 @@ function handle(ev) {
       break;
     }
     case "session.status": setStatus(ev.status); break;
+    case "session.prepare": showPrepare(ev); break;
     case "session.diff": loadFiles(); loadChanges(); break;
     case "session.updated": {
       const moved = !session || session.head_message_id !== ev.session.head_message_id;
@@ -1460,6 +1463,7 @@ window.addEventListener("popstate", () => {
   if (match) switchSession(match[1], false);
 });
 initShare();
+initRepository(() => sessionId);
 
 await connect();
 await start();

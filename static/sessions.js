@@ -58,3 +58,114 @@ if (importForm) {
     }
   });
 }
+
+// New session from a repository (POST /api/sessions/ with `repository`: the chat opens and
+// shows the clone's progress) or from an upload (POST /api/sessions/upload/: an archive, or
+// a folder's files with their relative paths), with the upload's progress.
+const newFrom = document.getElementById("new-from");
+if (newFrom) {
+  const error = document.getElementById("new-from-error");
+  const show = (message) => { error.textContent = message; error.hidden = !message; };
+  const token = () => newFrom.querySelector("[name=csrfmiddlewaretoken]").value;
+  const chatUrl = (id) => document.getElementById("clone-form").dataset.chatUrl.replace("SESSION_ID", encodeURIComponent(id));
+  const answerOf = (text) => { try { return JSON.parse(text); } catch { return null; } };
+
+  const loadCredentials = async () => {
+    if (!newFrom.open) return;
+    const select = document.getElementById("clone-credential");
+    const response = await fetch("/api/credentials/", { credentials: "same-origin" });
+    if (!response.ok) return;
+    select.replaceChildren(new Option("no credential (public)", ""));
+    for (const row of await response.json()) select.append(new Option(`${row.name} (${row.host}, ${row.kind})`, row.id));
+  };
+  newFrom.addEventListener("toggle", loadCredentials);
+  loadCredentials(); // opened by ?new=1
+
+  document.getElementById("clone-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    show("");
+    const button = document.getElementById("clone-submit");
+    button.disabled = true;
+    try {
+      const depth = document.getElementById("clone-depth").value;
+      const response = await fetch("/api/sessions/", {
+        method: "POST",
+        credentials: "same-origin",
+        headers: { "Content-Type": "application/json", "X-CSRFToken": token() },
+        body: JSON.stringify({
+          repository: {
+            url: document.getElementById("clone-url").value.trim(),
+            ref: document.getElementById("clone-ref").value.trim(),
+            depth: depth === "" ? 1 : Number(depth),
+            credential_id: document.getElementById("clone-credential").value || null,
+          },
+        }),
+      });
+      const answer = answerOf(await response.text());
+      if (response.status === 201 && answer?.id) { window.location.assign(chatUrl(answer.id)); return; }
+      show(answer?.error?.message || `The clone could not start (HTTP ${response.status}).`);
+    } catch (exc) {
+      show(`The clone could not start: ${exc.message}`);
+    } finally {
+      button.disabled = false;
+    }
+  });
+
+  const progress = document.getElementById("upload-progress");
+  const upload = (form) => new Promise((resolve) => {
+    // XMLHttpRequest: fetch() reports no upload progress.
+    const request = new XMLHttpRequest();
+    request.open("POST", "/api/sessions/upload/");
+    request.setRequestHeader("X-CSRFToken", token());
+    request.upload.addEventListener("progress", (e) => {
+      if (e.lengthComputable) { progress.max = e.total; progress.value = e.loaded; }
+    });
+    request.addEventListener("load", () => resolve({ status: request.status, answer: answerOf(request.responseText) }));
+    request.addEventListener("error", () => resolve({ status: 0, answer: null }));
+    progress.hidden = false;
+    request.send(form);
+  });
+  const send = async (form) => {
+    show("");
+    const { status, answer } = await upload(form);
+    progress.hidden = true;
+    if (status === 201 && answer?.id) { window.location.assign(chatUrl(answer.id)); return; }
+    show(answer?.error?.message || (status ? `The upload was refused (HTTP ${status}).` : "The upload failed: the server could not be reached."));
+  };
+  const sendArchive = (file) => { const form = new FormData(); form.append("file", file, file.name); send(form); };
+  const sendFolder = (entries) => {
+    const form = new FormData();
+    for (const [path, file] of entries) { form.append("files", file, file.name); form.append("paths", path); }
+    send(form);
+  };
+  document.getElementById("upload-file").addEventListener("change", (e) => { if (e.target.files[0]) sendArchive(e.target.files[0]); });
+  document.getElementById("upload-folder").addEventListener("change", (e) => {
+    sendFolder([...e.target.files].map((f) => [f.webkitRelativePath || f.name, f]));
+  });
+
+  // A drop: one archive file, or a folder (walked with the entries API).
+  const zone = document.getElementById("drop-zone");
+  const walk = async (entry, prefix, out) => {
+    if (entry.isFile) {
+      out.push([prefix + entry.name, await new Promise((ok, ko) => entry.file(ok, ko))]);
+    } else if (entry.isDirectory) {
+      const reader = entry.createReader();
+      for (;;) {
+        const batch = await new Promise((ok, ko) => reader.readEntries(ok, ko));
+        if (!batch.length) break;
+        for (const child of batch) await walk(child, `${prefix}${entry.name}/`, out);
+      }
+    }
+  };
+  zone.addEventListener("dragover", (e) => { e.preventDefault(); zone.classList.add("over"); });
+  zone.addEventListener("dragleave", () => zone.classList.remove("over"));
+  zone.addEventListener("drop", async (e) => {
+    e.preventDefault();
+    zone.classList.remove("over");
+    const items = [...e.dataTransfer.items].map((i) => i.webkitGetAsEntry && i.webkitGetAsEntry()).filter(Boolean);
+    if (items.length === 1 && items[0].isFile) { sendArchive(e.dataTransfer.files[0]); return; }
+    const out = [];
+    for (const entry of items) await walk(entry, "", out);
+    if (out.length) sendFolder(out); else show("Nothing to upload in what was dropped.");
+  });
+}

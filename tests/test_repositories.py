@@ -412,3 +412,75 @@ def test_a_stale_prepare_job_writes_nothing(api, server):
     assert row.busy_run_id == "prep_other"
     with pytest.raises(Exception, match="taken over"):
         repositories._finish(session["id"], "prep_stale", Path("/nonexistent"), {}, "x", seed=False)
+
+
+def _zip(members: dict[str, str]) -> bytes:
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, body in members.items():
+            zf.writestr(name, body)
+    return out.getvalue()
+
+
+def test_an_uploaded_archive_is_the_worktree_and_its_first_history_event(api):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    archive = SimpleUploadedFile("site.zip", _zip({"site/a.html": "<p>", "site/b.css": "p{}"}))
+    answer = api.post("/api/sessions/upload/", {"file": archive, "title": "Site"})
+    assert answer.status_code == 201, answer.json()
+    session = answer.json()
+    assert session["source"] == {"type": "upload", "name": "site.zip", "files": 2}
+    worktree = Session.objects.get(id=session["id"]).worktree
+    assert _files(worktree) == {"site/a.html": b"<p>", "site/b.css": b"p{}"}
+    first = Message.objects.get(session_id=session["id"])
+    assert api.post(
+        f"/api/sessions/{session['id']}/revert/", {"message_id": first.id}, format="json"
+    ).status_code == 200
+    assert _files(worktree) == {}
+
+
+def test_a_dropped_folder_is_uploaded_with_its_paths(api):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    answer = api.post(
+        "/api/sessions/upload/",
+        {
+            "files": [SimpleUploadedFile("a.py", b"A"), SimpleUploadedFile("b.py", b"B")],
+            "paths": ["proj/a.py", "proj/pkg/b.py"],
+        },
+    )
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["title"] == "proj"
+    worktree = Session.objects.get(id=answer.json()["id"]).worktree
+    assert _files(worktree) == {"proj/a.py": b"A", "proj/pkg/b.py": b"B"}
+
+
+@pytest.mark.parametrize(
+    "members",
+    [{"../escape.txt": "x"}, {"/etc/x": "x"}, {"ok.txt": "1", "a/../../out": "x"}],
+)
+def test_a_refused_archive_leaves_no_session_and_no_files(api, members, settings):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    answer = api.post(
+        "/api/sessions/upload/", {"file": SimpleUploadedFile("bad.zip", _zip(members))}
+    )
+    assert answer.status_code == 400
+    assert answer.json()["error"]["message"]
+    assert not Session.objects.exists()
+    root = Path(settings.WORKSPACE_ROOT)
+    assert [p for p in root.iterdir() if p.name.startswith("ses_")] == []
+
+
+def test_an_upload_past_the_byte_limit_is_refused_before_it_is_read(api, settings):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    settings.REPO_MAX_BYTES = 1000
+    big = SimpleUploadedFile("big.zip", os.urandom(4 * 1024 * 1024))
+    answer = api.post("/api/sessions/upload/", {"file": big})
+    assert answer.status_code == 413
+    assert "REPO_MAX_BYTES" in answer.json()["error"]["message"]
+    assert not Session.objects.exists()
