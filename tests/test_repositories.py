@@ -436,9 +436,12 @@ def test_an_uploaded_archive_is_the_worktree_and_its_first_history_event(api):
     worktree = Session.objects.get(id=session["id"]).worktree
     assert _files(worktree) == {"site/a.html": b"<p>", "site/b.css": b"p{}"}
     first = Message.objects.get(session_id=session["id"])
-    assert api.post(
-        f"/api/sessions/{session['id']}/revert/", {"message_id": first.id}, format="json"
-    ).status_code == 200
+    assert (
+        api.post(
+            f"/api/sessions/{session['id']}/revert/", {"message_id": first.id}, format="json"
+        ).status_code
+        == 200
+    )
     assert _files(worktree) == {}
 
 

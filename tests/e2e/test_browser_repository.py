@@ -82,7 +82,9 @@ def test_clone_work_push_and_clone_back_in_the_browser(browser, stack, tmp_path)
         head = repos.head("team/tool", "main")
         assert head[:12] in page.inner_text("#source")
         page.screenshot(path=str(SHOTS / "repository-cloned.png"))
-        assert {k: v for k, v in files_on_disk(srv, sid).items() if not k.startswith(".git/")} == FILES
+        assert {
+            k: v for k, v in files_on_disk(srv, sid).items() if not k.startswith(".git/")
+        } == FILES
 
         # -- the agent's change, pushed as a new branch --------------------------------------
         send(page, "Bump the version\nwrite src/main.py print('v2')\nsay bumped")
