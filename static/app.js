@@ -581,6 +581,8 @@ function lastTurnUnfinished() {
   // message that was not completed or has tools that never finished.
   const last = messages.get(order[order.length - 1]);
   if (!last) return false;
+  // The clone or upload a session started from is a history event, not a prompt to answer.
+  if (last.role === "user" && last.partIds.some((id) => parts.get(id)?.source)) return false;
   if (last.role === "user") return true;
   if (!last.completed_at) return true;
   if (last.role === "assistant" && last.error) return true; // cut short: resume goes on
@@ -671,7 +673,11 @@ function renderPartBody(p, role, reuse) {
     box.append(text);
     return box;
   }
-  if (p.type === "patch") return el("div", "patch", "changed: " + (p.files || []).join(", "));
+  if (p.type === "patch") {
+    const files = p.files || [];
+    const more = files.length > 12 ? ` and ${(files.length - 12).toLocaleString()} more` : "";
+    return el("div", "patch", "changed: " + files.slice(0, 12).join(", ") + more);
+  }
   return null;
 }
 
