@@ -821,6 +821,11 @@ function renderRevertBar() {
   }
   const head = el("div", "bar-head");
   head.append(el("strong", "", "Reverted"), el("span", "muted", `${changes.length} file(s) restored — send a message to confirm`));
+  const left = r.not_kept && r.not_kept.count;
+  const leftAlone = left
+    ? el("p", "muted not-kept", `${left} file(s) the snapshots do not keep were left as they are: ` +
+      r.not_kept.files.map((f) => `${f.path} (${f.reason})`).join(", ") + (left > r.not_kept.files.length ? " …" : ""))
+    : null;
   const undo = el("button", "secondary", "Unrevert");
   undo.id = "unrevert";
   undo.type = "button";
@@ -830,7 +835,7 @@ function renderRevertBar() {
   confirm.type = "button";
   confirm.addEventListener("click", () => revertMove("/cleanup/"));
   head.append(undo, confirm);
-  bar.replaceChildren(head, list);
+  bar.replaceChildren(...[head, list, leftAlone].filter(Boolean));
 }
 
 let lastOfRun = new Map(); // message id -> the usage line of the run it ends

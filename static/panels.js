@@ -49,6 +49,14 @@ export async function loadFiles() {
     return clickable(li, () => showFile(f.path), f.path);
   }));
   if (!list.length) ul.replaceChildren(el("li", "muted empty", "No files yet."));
+  // Files the snapshots do not keep (large, ignored, excluded): listed, never silently gone.
+  const left = await ctx.call("GET", ctx.api("/files/?not_kept=1")).catch(() => null);
+  if (left && left.count) {
+    const li = el("li", "muted not-kept", `Not kept by snapshots (${left.count}): ` +
+      left.files.map((f) => `${f.path} (${f.reason})`).join(", ") + (left.count > left.files.length ? " …" : ""));
+    li.title = "A revert, a fork and the downloads leave these out.";
+    ul.append(li);
+  }
   const shown = viewer("file-view");
   if (!shown.box.hidden && !list.some((f) => f.path === shown.name.textContent)) shown.box.hidden = true;
 }

@@ -487,3 +487,25 @@ def test_an_upload_past_the_byte_limit_is_refused_before_it_is_read(api, setting
     assert answer.status_code == 413
     assert "REPO_MAX_BYTES" in answer.json()["error"]["message"]
     assert not Session.objects.exists()
+
+
+def test_files_the_snapshots_do_not_keep_are_listed_and_a_revert_leaves_them_alone(
+    api, sid, settings
+):
+    settings.SNAPSHOT_MAX_FILE_BYTES = 100
+    run_turn(api, sid, "write small.txt ok")
+    worktree = Session.objects.get(id=sid).worktree
+    (worktree / "big.bin").write_bytes(b"x" * 500)
+    (worktree / ".gitignore").write_text("build/\n")
+    (worktree / "build").mkdir()
+    (worktree / "build" / "out.o").write_bytes(b"o")
+    run_turn(api, sid, "write later.txt 2")
+    listed = api.get(f"/api/sessions/{sid}/files/?not_kept=1").json()
+    reasons = {f["path"]: f["reason"] for f in listed["files"]}
+    assert listed["count"] == 2 and reasons == {"big.bin": "large", "build/": "ignored"}
+    first = Message.objects.filter(session_id=sid, role="user").order_by("id").first()
+    reverted = api.post(f"/api/sessions/{sid}/revert/", {"message_id": first.id}, format="json")
+    assert reverted.json()["revert"]["not_kept"]["count"] == 2
+    assert (worktree / "big.bin").read_bytes() == b"x" * 500  # left alone
+    assert (worktree / "build" / "out.o").exists()
+    assert not (worktree / "small.txt").exists()

@@ -119,7 +119,12 @@ def test_the_session_answer_names_its_fields(schema):
         assert {"id", "status", "head_message_id", "revert", "summary"} <= set(
             session["properties"]
         )
-        assert enum_of(schema, session["properties"]["status"]) == {"idle", "busy", "waiting"}
+        assert enum_of(schema, session["properties"]["status"]) == {
+            "idle",
+            "busy",
+            "waiting",
+            "preparing",
+        }
 
 
 def test_the_messages_page_has_results_of_messages_with_parts(schema):

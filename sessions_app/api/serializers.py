@@ -409,6 +409,11 @@ class FileQueryIn(serializers.Serializer):
     download = serializers.BooleanField(
         required=False, default=False, help_text="The file as an attachment (a download)."
     )
+    not_kept = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="The listing: the files the snapshots do not keep, {count, files}.",
+    )
 
 
 class DiffQueryIn(serializers.Serializer):
@@ -454,6 +459,24 @@ class FileDiffOut(Out):
     patch = serializers.CharField(help_text="Unified diff.")
 
 
+class NotKeptOut(Out):
+    count = serializers.IntegerField(help_text="Files the snapshots do not keep.")
+    files = serializers.ListField(
+        child=serializers.DictField(), help_text="The first of them: {path, reason}."
+    )
+
+
+class SourceOut(Out):
+    type = serializers.ChoiceField(("empty", "git", "upload"))
+    url = serializers.CharField(required=False)
+    ref = serializers.CharField(required=False)
+    depth = serializers.IntegerField(required=False)
+    commit = serializers.CharField(required=False, allow_null=True)
+    error = serializers.CharField(required=False)
+    name = serializers.CharField(required=False)
+    files = serializers.IntegerField(required=False)
+
+
 class RevertOut(Out):
     message_id = serializers.CharField()
     part_id = serializers.CharField(allow_null=True)
@@ -461,6 +484,7 @@ class RevertOut(Out):
     diff = serializers.CharField(help_text="Unified diff of what the revert undid.")
     files = serializers.ListField(child=serializers.CharField())
     changes = DiffEntryOut(many=True, required=False)
+    not_kept = NotKeptOut(required=False)
 
 
 class SummaryOut(Out):
@@ -488,6 +512,7 @@ class SessionOut(Out):
         help_text="Tokens (input, output, cached input), calls and cost_usd of its runs."
     )
     permissions = serializers.DictField(help_text="The tool rules in force (defaults + own).")
+    source = SourceOut(help_text="Where the worktree's first files came from.")
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 

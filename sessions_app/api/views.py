@@ -18,7 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
-from .. import models_catalog
+from .. import models_catalog, snapshots
 from ..models import Part, Share
 from ..selectors import (
     lineage,
@@ -154,6 +154,8 @@ class SessionViewSet(SessionScopedViewSet):
     @extend_schema(responses={200: WorktreeEntryOut(many=True)})
     def files(self, request: Request, session_id: str) -> Response | FileResponse:
         """The worktree's files (``.git`` aside; at most ``API_FILES_MAX``)."""
+        if self.query(FileQueryIn)["not_kept"]:
+            return Response(revert_services.not_kept(snapshots.for_session(self.get_object())))
         return self.file(request, session_id, path="")
 
     @extend_schema(operation_id="sessions_files_path_retrieve", responses=FILE_OR_LISTING)

@@ -187,11 +187,27 @@ def _plan(session: Session, message_id: str, part_id: str | None) -> RevertPlan:
 def plan_revert(*, session: Session, message_id: str, part_id: str | None = None) -> dict:
     """What a revert would do, without doing it: the boundary and the per-file diff."""
     plan = _plan(session, message_id, part_id)
+    snap = snapshots.for_session(session)
     return {
         "message_id": plan.boundary.message.id,
         "part_id": plan.boundary.part.id if plan.boundary.part else None,
-        "diff": snapshots.for_session(session).diff_stat(plan.pre, plan.target),
+        "diff": snap.diff_stat(plan.pre, plan.target),
+        "not_kept": not_kept(snap),
     }
+
+
+NOT_KEPT_LISTED = 50
+
+
+def not_kept(snap: snapshots.Snapshots) -> dict:
+    """The worktree's files the snapshots do not keep (over ``SNAPSHOT_MAX_FILE_BYTES``,
+    ignored, ``SNAPSHOT_EXCLUDE``): a revert leaves them as they are. ``{count, files}``,
+    at most ``NOT_KEPT_LISTED`` of them named."""
+    try:
+        skipped = snap.skipped()
+    except snapshots.SnapshotError:
+        skipped = []
+    return {"count": len(skipped), "files": skipped[:NOT_KEPT_LISTED]}
 
 
 def _with_previous(sources: dict[str, str], pending: dict, pre: str) -> dict[str, str]:
@@ -225,6 +241,8 @@ def revert_session(
                 "diff": snap.diff_text(pre, target),
                 "files": plan.files,
                 "changes": diff,
+                # What it left alone: files no snapshot holds (SEMANTICS 13.3).
+                "not_kept": not_kept(snap),
             }
             locked.summary = changes_summary(snap, path_start(active_path(locked)), target)
             locked.save(update_fields=["revert", "summary", "updated_at"])
