@@ -186,7 +186,7 @@ def session_data(session: Session) -> dict[str, Any]:
     }
 
 
-SOURCE_FIELDS = ("type", "url", "ref", "depth", "commit", "error", "name", "files")
+SOURCE_FIELDS = ("type", "url", "ref", "branch", "depth", "commit", "error", "name", "files")
 
 
 def source_data(source: dict | None) -> dict[str, Any]:

@@ -29,7 +29,8 @@ export function renderSource(session) {
   if (!line) return;
   line.classList.toggle("error", Boolean(source.error));
   if (source.type === "git") {
-    const ref = source.ref ? ` · ${source.ref}` : "";
+    const name = source.branch || source.ref;
+    const ref = name ? ` · ${name}` : "";
     const at = source.commit ? ` @ ${source.commit.slice(0, 12)}` : "";
     line.textContent = `⎇ ${source.url}${ref}${at}` + (source.error ? ` — ${source.error}` : "");
     line.title = source.commit || "";

@@ -60,6 +60,7 @@ def test_a_session_from_a_public_repository_holds_its_files_and_its_git(api, ser
     url = server.make_repo("demo", FILES, extra_commits=2)
     session = _clone(api, url)
     assert session["source"]["commit"] == server.head("demo", "main")
+    assert session["source"]["branch"] == "main"
     assert session["source"].get("error") is None
     worktree = Session.objects.get(id=session["id"]).worktree
     assert _files(worktree) == _bytes(FILES)

@@ -219,3 +219,14 @@ def test_off_runs_unconfined_in_the_worktree_with_the_limits(worktree, settings)
     assert shell(worktree, "pwd; echo $HOME") == f"{worktree}\n{worktree}\n"
     settings.WORKTREE_MAX_FILE_BYTES = 1000
     assert "File size limit" in failing(worktree, "head -c 5000 /dev/zero > big")
+
+
+def test_a_git_calls_credential_files_are_not_there(worktree):
+    """A deploy key lives, while a clone or push runs, in a 0600 file of a temporary
+    directory of the server's (``sessions_app.repos``): the sandbox's /tmp is its own."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="agentplat-git-") as scratch:
+        (Path(scratch) / "key").write_text("-----BEGIN OPENSSH PRIVATE KEY----- secret")
+        out = shell(worktree, f"ls -a /tmp; cat {scratch}/key /tmp/agentplat-git-*/key 2>&1; true")
+    assert "secret" not in out and "agentplat-git-" not in out.split("cat", 1)[0]

@@ -470,6 +470,7 @@ class SourceOut(Out):
     type = serializers.ChoiceField(("empty", "git", "upload"))
     url = serializers.CharField(required=False)
     ref = serializers.CharField(required=False)
+    branch = serializers.CharField(required=False, help_text="The branch checked out.")
     depth = serializers.IntegerField(required=False)
     commit = serializers.CharField(required=False, allow_null=True)
     error = serializers.CharField(required=False)

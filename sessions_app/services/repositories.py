@@ -270,6 +270,8 @@ def _fetch(
     _ok(git("remote", "set-url", "origin", remote.url, cwd=tree), "The clone")
     head = git("rev-parse", "--verify", "HEAD^{commit}", cwd=tree)
     _ok(head, "The clone")
+    branch = git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=tree)
+    source["branch"] = branch.stdout.strip()[:200] if branch.code == 0 else ""
     return head.stdout.strip()
 
 
