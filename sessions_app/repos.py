@@ -246,7 +246,10 @@ def _environment(home: str, remote: Remote, secret: Secret | None, key_dir: str)
         env["GIT_SSL_CAINFO"] = settings.GIT_SSL_CAINFO
     config = list(remote.config())
     ssh = [
-        "ssh", "-F", os.devnull, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+        # IdentityFile=none first: ssh looks for the server account's own keys in the home
+        # of the system's user list, not $HOME; none of them is ever offered to a host.
+        "ssh", "-F", os.devnull, "-o", "IdentityFile=none", "-o", "IdentityAgent=none",
+        "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
         "-o", "StrictHostKeyChecking=accept-new",
         "-o", f"UserKnownHostsFile={key_dir}/known_hosts",
         "-o", f"HostKeyAlias={remote.host}", "-o", "ProxyCommand=none",
@@ -259,7 +262,8 @@ def _environment(home: str, remote: Remote, secret: Secret | None, key_dir: str)
         key = Path(key_dir) / "key"
         fd = os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as out:
-            out.write(secret.value.strip() + "\n")
+            # A key pasted from Windows (CRLF) does not load; it needs its final newline.
+            out.write(secret.value.replace("\r\n", "\n").strip() + "\n")
         ssh += ["-i", str(key)]
     env["GIT_SSH_COMMAND"] = " ".join(ssh)
     env["GIT_CONFIG_COUNT"] = str(len(config))
@@ -410,10 +414,17 @@ def run(
 
 def failure_sentence(result: Result, what: str) -> str:
     """One sentence for a failed git: its last ``fatal:``/``error:`` line, scrubbed."""
-    lines = [
-        line.strip()
-        for line in re.split(r"[\r\n]", result.stderr)
-        if line.strip().startswith(("fatal:", "error:", "remote: error", "!"))
-    ]
-    detail = lines[-1] if lines else (result.stderr.splitlines() or ["no detail"])[-1]
+    lines = [line.strip() for line in re.split(r"[\r\n]", result.stderr) if line.strip()]
+    errors = [line for line in lines if line.startswith(("fatal:", "error:", "remote: error", "!"))]
+    detail = errors[-1] if errors else (lines or ["no detail"])[-1]
+    # ssh's own reason comes before git's "Could not read from remote repository".
+    cause = next((line for line in lines if SSH_CAUSES.search(line)), "")
+    if cause and cause != detail:
+        detail = f"{cause} ({detail})"
     return f"{what} failed: {detail[:300]}"
+
+
+SSH_CAUSES = re.compile(
+    r"Permission denied|Load key|Host key verification failed|Connection refused"
+    r"|Could not resolve hostname|Connection timed out|No route to host"
+)
