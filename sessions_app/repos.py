@@ -228,7 +228,9 @@ class Watch:
     every: float = 0.25
 
 
-def _environment(home: str, remote: Remote, secret: Secret | None, key_dir: str) -> dict:
+def _environment(
+    home: str, remote: Remote, secret: Secret | None, key_dir: str, host_key: str = ""
+) -> dict:
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "HOME": home,
@@ -250,11 +252,15 @@ def _environment(home: str, remote: Remote, secret: Secret | None, key_dir: str)
         # of the system's user list, not $HOME; none of them is ever offered to a host.
         "ssh", "-F", os.devnull, "-o", "IdentityFile=none", "-o", "IdentityAgent=none",
         "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-        "-o", "StrictHostKeyChecking=accept-new",
+        # The host key the clone met is pinned for every later call (a push): trust on
+        # first use, once per session, not once per call.
+        "-o", f"StrictHostKeyChecking={'yes' if host_key else 'accept-new'}",
         "-o", f"UserKnownHostsFile={key_dir}/known_hosts",
         "-o", f"HostKeyAlias={remote.host}", "-o", "ProxyCommand=none",
         "-o", "PermitLocalCommand=no",
     ]  # fmt: skip
+    if host_key:
+        Path(key_dir, "known_hosts").write_text(host_key)
     if secret is not None and secret.kind == "token":
         pair = base64.b64encode(f"x-access-token:{secret.value}".encode()).decode()
         config.append(("http.extraHeader", f"Authorization: Basic {pair}"))
@@ -290,6 +296,7 @@ class Result:
     code: int
     stdout: str
     stderr: str  # scrubbed
+    host_key: str = ""  # the ssh host key git met (a known_hosts line), for the next call
 
 
 @contextlib.contextmanager
@@ -307,6 +314,7 @@ def run(
     watch: Watch,
     cwd: Path,
     git_dir: Path | None = None,
+    host_key: str = "",
 ) -> Result:
     """Run ``git <args>`` against ``remote``, bounded by ``watch``; raises ``RepoLimitError``
     or ``RepoCancelled`` (after killing it) when a bound is passed."""
@@ -316,7 +324,7 @@ def run(
     with _scratch() as scratch:
         home = os.path.join(scratch, "home")
         os.mkdir(home)
-        env = _environment(home, remote, secret, scratch)
+        env = _environment(home, remote, secret, scratch, host_key)
         if git_dir is not None:
             env["GIT_DIR"] = str(git_dir)
         proc = subprocess.Popen(
@@ -405,10 +413,12 @@ def run(
             for stream in (proc.stdout, proc.stderr):
                 if stream is not None:
                     stream.close()
+        known = Path(scratch, "known_hosts")
         return Result(
             proc.returncode,
             b"".join(out).decode("utf-8", "replace"),
             scrub(b"".join(err).decode("utf-8", "replace"), secret),
+            known.read_text()[:16384] if known.is_file() else host_key,
         )
 
 

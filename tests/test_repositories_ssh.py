@@ -49,8 +49,8 @@ def key_files(monkeypatch, tmp_path) -> tuple[Path, list[tuple[Path, int, str]]]
     seen: list[tuple[Path, int, str]] = []
     original = repos._environment
 
-    def spy(home, remote, secret, key_dir):  # noqa: ANN001, ANN202
-        env = original(home, remote, secret, key_dir)
+    def spy(home, remote, secret, key_dir, host_key=""):  # noqa: ANN001, ANN202
+        env = original(home, remote, secret, key_dir, host_key)
         key = Path(key_dir) / "key"
         if key.exists():
             seen.append((key, stat.S_IMODE(key.stat().st_mode), key.read_text()))
@@ -229,3 +229,29 @@ def test_ssh_offers_only_the_chosen_key_never_the_server_accounts_own(server, tm
         assert offered - {"none"} == expected, (secret and secret.kind, offered)
         (key_dir / "key").unlink(missing_ok=True)
         key_dir.rmdir()
+
+
+def test_a_push_meets_the_host_key_the_clone_met_or_goes_nowhere(api, server):
+    """Trust on first use, once per session: the clone's host key is pinned, so a push to a
+    host that answers with another key (a man in the middle) is refused before anything
+    is sent."""
+    url = server.make_repo("pinned", FILES)
+    credential = _credential(api, server)
+    session = _clone(api, url, credential_id=credential["id"])
+    source = Session.objects.get(id=session["id"]).source
+    assert "ssh-" in source["host_key"] or "ecdsa-" in source["host_key"]
+    assert "host_key" not in session["source"]  # not the API's business
+    run_turn(api, session["id"], "write new.txt hi")
+    # Another host's key under the same name: what a man in the middle would present.
+    other = Path(tempfile.mkdtemp()) / "k"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    fake = "127.0.0.1 " + " ".join(other.with_suffix(".pub").read_text().split()[:2]) + "\n"
+    Session.objects.filter(id=session["id"]).update(source={**source, "host_key": fake})
+    answer = api.post(
+        f"/api/sessions/{session['id']}/push/",
+        {"branch": "agent/x", "credential_id": credential["id"]},
+        format="json",
+    )
+    assert answer.status_code == 400, answer.json()
+    assert "Host key verification failed" in answer.json()["error"]["message"]
+    assert server.head("pinned", "agent/x") is None

@@ -242,7 +242,13 @@ def _fetch(
     shallow = [f"--depth={depth}"] if depth else []
 
     def git(*args: str, cwd: Path) -> repos.Result:
-        return repos.run(args, remote=remote, secret=secret, watch=watch, cwd=cwd)
+        result = repos.run(
+            args, remote=remote, secret=secret, watch=watch, cwd=cwd,
+            host_key=source.get("host_key", ""),
+        )  # fmt: skip
+        if result.host_key:
+            source["host_key"] = result.host_key  # pinned for the push
+        return result
 
     if COMMIT.fullmatch(ref):
         tree.mkdir()
@@ -484,6 +490,7 @@ def push(*, session: Session, branch: object, credential_id: object, user) -> di
             watch=watch,
             cwd=cwd,
             git_dir=snap.git_dir,
+            host_key=source.get("host_key", ""),
         )
     if result.code != 0:
         text = f"{result.stdout}\n{result.stderr}"
