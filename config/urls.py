@@ -12,6 +12,8 @@ from runs_app.health import health
 from runs_app.metrics import metrics_view
 from sessions_app import pages
 from sessions_app.api import account
+from sessions_app.api import apply as apply_views
+from sessions_app.api import branches as branch_views
 from sessions_app.api import repositories as repo_views
 from sessions_app.api import views as session_views
 
@@ -48,6 +50,10 @@ api = [
     path("sessions/<str:session_id>/unrevert/", sessions({"post": "unrevert"})),
     path("sessions/<str:session_id>/cleanup/", sessions({"post": "cleanup"})),
     path("sessions/<str:session_id>/diff/", sessions({"get": "diff"})),
+    path(
+        "sessions/<str:session_id>/compare/",
+        branch_views.CompareViewSet.as_view({"get": "compare"}),
+    ),
     path("sessions/<str:session_id>/rollback/", sessions({"post": "rollback"})),
     path("sessions/<str:session_id>/fork/", session_runs({"post": "fork"})),
     path(
@@ -57,6 +63,7 @@ api = [
     path("sessions/<str:session_id>/archive/", downloads({"get": "archive"})),
     path("sessions/<str:session_id>/patch/", downloads({"get": "patch"})),
     path("sessions/<str:session_id>/push/", repo_views.PushViewSet.as_view({"post": "push"})),
+    path("sessions/<str:session_id>/apply/", apply_views.ApplyViewSet.as_view({"post": "apply"})),
     path(
         "sessions/<str:session_id>/share/",
         sessions({"get": "shared_link", "post": "share", "delete": "unshare"}),

@@ -117,6 +117,9 @@ class Part(models.Model):
         # A summary that replaces the path's first ``data.replaced`` messages for the model
         # (SEMANTICS 10); the messages themselves stay.
         COMPACTION = "compaction"
+        # A change taken from another step, turn or fork onto the head (SEMANTICS 14.2):
+        # ``data`` names the source and the files.
+        APPLIED = "applied"
 
     id = models.CharField(primary_key=True, max_length=40, default=ids.part_id, editable=False)
     # Indexed by the (message, order) index below.
