@@ -51,6 +51,10 @@ class Session(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks"
     )
     forked_from_message_id = models.CharField(max_length=40, null=True, blank=True)
+    # What kind of fork it is: "" (a fork, or not one), "alternative" (one of N runs of the same
+    # input, SEMANTICS 14.3), with the group the N share.
+    lineage_kind = models.CharField(max_length=16, blank=True, default="")
+    alternative_group = models.CharField(max_length=40, blank=True, default="", db_index=True)
     # Where the worktree's first files came from: {} (empty), or {"type": "git", "url", "ref",
     # "depth", "commit", "credential_id", "error"?} or {"type": "upload", "name", "files"}.
     source = models.JSONField(default=dict, blank=True)

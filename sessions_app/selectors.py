@@ -174,6 +174,8 @@ def session_data(session: Session) -> dict[str, Any]:
         "summary": session.summary or {"additions": 0, "deletions": 0, "files": 0},
         "forked_from_session_id": session.forked_from_session_id,
         "forked_from_message_id": session.forked_from_message_id,
+        "lineage_kind": session.lineage_kind or None,
+        "alternative_group": session.alternative_group or None,
         "model": session.model,
         "system_prompt": session.system_prompt,
         "checkpoint": session.checkpoint,
@@ -379,6 +381,8 @@ def lineage(session: Session, user) -> dict[str, Any]:  # noqa: ANN001
             "title": s.title,
             "forked_from_session_id": s.forked_from_session_id,
             "forked_from_message_id": s.forked_from_message_id,
+            "lineage_kind": s.lineage_kind or ("fork" if s.forked_from_session_id else None),
+            "alternative_group": s.alternative_group or None,
             "created_at": _iso(s.created_at),
         }
 
