@@ -1,0 +1,176 @@
+// Best-of-N in the chat (SEMANTICS 14.3). "Alternatives…" on a user message runs its turn
+// again N times at once, each in a fork with its own worktree (POST …/alternatives/); a view
+// shows them side by side while they stream (a socket per alternative), then each one's
+// changed files and cost; "Keep this one" makes it a branch of this session with its files
+// and the head (POST …/adopt/). app.js hands in what it shares (initAlternatives).
+let ctx = null; // {call, sessionId: () => id, showError, reload: () => void}
+const sockets = [];
+
+export function initAlternatives(shared) {
+  ctx = shared;
+  document.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && document.getElementById("alternatives-view")) close();
+  });
+}
+
+function el(tag, cls, text) {
+  const node = document.createElement(tag);
+  if (cls) node.className = cls;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function btn(label, title, onClick, cls = "secondary small") {
+  const b = el("button", cls, label);
+  b.type = "button";
+  b.title = title;
+  b.setAttribute("aria-label", `${label}: ${title}`);
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+export function alternativesButton(m) {
+  const b = btn("Alternatives…", "Run this turn again several times at once, side by side", () => ask(m), "act alternatives");
+  return b;
+}
+
+function ask(m) {
+  // A small form in place: how many (2–8), then Start.
+  close();
+  const box = el("div", "alt-ask");
+  box.id = "alternatives-ask";
+  const label = el("label", "", "How many alternatives ");
+  const n = el("input");
+  n.type = "number"; n.min = "2"; n.max = "8"; n.value = "3"; n.id = "alternatives-n";
+  n.setAttribute("aria-label", "How many alternatives (2 to 8)");
+  label.append(n);
+  const start = btn("Start", "Start the alternatives", async () => {
+    box.remove();
+    await begin(m, Number(n.value));
+  }, "small");
+  start.id = "alternatives-start";
+  box.append(label, start, btn("Cancel", "Close", () => box.remove()));
+  document.querySelector(`[data-message-id="${m.id}"]`)?.append(box);
+  n.focus();
+}
+
+async function begin(m, n) {
+  ctx.showError("");
+  let answer;
+  try {
+    answer = await ctx.call("POST", `/api/sessions/${ctx.sessionId()}/alternatives/`, { message_id: m.id, n });
+  } catch (err) {
+    ctx.showError(err.message);
+    return;
+  }
+  open(answer.sessions);
+}
+
+function close() {
+  for (const ws of sockets.splice(0)) ws.close();
+  document.getElementById("alternatives-view")?.remove();
+  document.getElementById("alternatives-ask")?.remove();
+}
+
+function open(ids) {
+  close();
+  const view = el("div", "alt-view");
+  view.id = "alternatives-view";
+  view.setAttribute("role", "dialog");
+  view.setAttribute("aria-label", "Alternatives side by side");
+  const head = el("div", "alt-head");
+  head.append(el("strong", "", `${ids.length} alternatives`), el("span", "muted", "each runs in its own fork; keep the one you want"),
+    btn("Close", "Close the alternatives (they stay as forks)", close));
+  const grid = el("div", "alt-grid");
+  grid.style.setProperty("--alt-columns", String(Math.min(ids.length, 4)));
+  view.append(head, grid);
+  document.body.append(view);
+  ids.forEach((id, i) => grid.append(column(id, i + 1)));
+}
+
+function column(id, number) {
+  const col = el("section", "alt-col");
+  col.dataset.sessionId = id;
+  const status = el("span", "badge busy", "running");
+  const title = el("h3", "", `Alternative ${number} `);
+  title.append(status);
+  const text = el("div", "alt-text");
+  const files = el("ul", "alt-files");
+  const cost = el("p", "muted alt-cost");
+  const open = el("a", "small", "Open");
+  open.href = `/sessions/${id}/`;
+  open.target = "_blank";
+  const keep = btn("Keep this one", "Make this alternative a branch here, with its files", () => adopt(id, keep), "small keep");
+  keep.disabled = true;
+  const row = el("div", "row");
+  row.append(keep, open);
+  col.append(title, text, files, cost, row);
+  const parts = new Map(); // part id -> its text so far
+  const paint = () => { text.textContent = [...parts.values()].join("\n\n"); };
+  const done = async (state) => {
+    status.textContent = state;
+    status.className = `badge ${state === "completed" ? "idle" : state}`;
+    await summary(id, parts, paint, files, cost);
+    keep.disabled = false;
+  };
+  const proto = location.protocol === "https:" ? "wss" : "ws";
+  const ws = new WebSocket(`${proto}://${location.host}/ws/sessions/${id}/`);
+  sockets.push(ws);
+  let ended = false;
+  ws.onmessage = (msg) => {
+    const ev = JSON.parse(msg.data);
+    if (ev.type === "text-delta") {
+      const had = parts.get(ev.part_id) || "";
+      if (ev.offset === [...had].length) parts.set(ev.part_id, had + ev.text);
+      paint();
+    } else if (ev.type === "run.updated" && ["completed", "error", "cancelled"].includes(ev.run.status) && !ended) {
+      ended = true;
+      done(ev.run.status);
+    }
+  };
+  ws.onopen = async () => {
+    // A fast run may have ended before the socket opened: ask once.
+    const session = await ctx.call("GET", `/api/sessions/${id}/`).catch(() => null);
+    if (session && session.status === "idle" && !ended) {
+      ended = true;
+      done("completed");
+    }
+  };
+  return col;
+}
+
+async function summary(id, parts, paint, files, cost) {
+  // The stored answer (whole), the files it changed, and what it cost.
+  // Only the alternative's own turn: what follows its last user message.
+  const page = await ctx.call("GET", `/api/sessions/${id}/messages/`).catch(() => null);
+  let turn = "";
+  if (page) {
+    const users = page.results.filter((m) => m.role === "user");
+    const last = users[users.length - 1];
+    turn = last ? last.id : "";
+    parts.clear();
+    const after = page.results.slice(page.results.findIndex((m) => m.id === turn) + 1);
+    for (const m of after) for (const p of m.parts) if (p.type === "text") parts.set(p.id, p.text);
+    paint();
+  }
+  const query = turn ? `?message_id=${encodeURIComponent(turn)}` : "";
+  const diff = await ctx.call("GET", `/api/sessions/${id}/diff/${query}`).catch(() => []);
+  files.replaceChildren(...(diff || []).map((d) => el("li", `change ${d.status}`, `${d.file} +${d.additions} −${d.deletions}`)));
+  if (!diff || !diff.length) files.replaceChildren(el("li", "muted", "no files changed"));
+  const session = await ctx.call("GET", `/api/sessions/${id}/`).catch(() => null);
+  const usage = (session && session.usage) || {};
+  const tokens = (usage.input_tokens || 0) + (usage.output_tokens || 0);
+  cost.textContent = `${tokens.toLocaleString()} tokens · $${Number(usage.cost_usd || 0).toFixed(4)}`;
+}
+
+async function adopt(id, keep) {
+  keep.disabled = true;
+  try {
+    await ctx.call("POST", `/api/sessions/${ctx.sessionId()}/adopt/`, { session_id: id });
+    close();
+    ctx.reload();
+  } catch (err) {
+    ctx.showError(err.message);
+    keep.disabled = false;
+  }
+}
