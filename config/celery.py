@@ -8,7 +8,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("agentplat")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["runs_app", "sessions_app"])
+app.autodiscover_tasks(["runs_app"])
 
 
 @signals.worker_init.connect

@@ -28,12 +28,14 @@ from django.conf import settings
 from django.db import transaction
 
 from sessions_app.events import publisher
+from sessions_app.services.repositories import prepare_and_close
 
 from . import abort_bus as buses
 
 log = logging.getLogger(__name__)
 
 TASK_NAME = "runs_app.run_agent"
+PREPARE_TASK = "runs_app.prepare_session"
 
 _runner: Callable[[str], object] | None = None
 _bus: buses.AbortBus | None = None
@@ -70,6 +72,17 @@ def enqueue(run_id: str) -> object:
     # The project's Celery app (config/celery.py) is the current one once Django is set up.
     current_app.send_task(TASK_NAME, args=[run_id], task_id=run_id)
     return None
+
+
+def enqueue_prepare(session_id: str, job: str) -> None:
+    """Start a session's prepare job (a clone: ``sessions_app.services.repositories``) where
+    work runs in this mode: a thread of this process, or a Celery task."""
+    if in_process():
+        threading.Thread(
+            target=prepare_and_close, args=(session_id, job), daemon=True, name=f"clone-{job}"
+        ).start()
+        return
+    current_app.send_task(PREPARE_TASK, args=[session_id, job])
 
 
 def enqueue_on_commit(run_id: str) -> None:

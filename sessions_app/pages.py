@@ -17,9 +17,10 @@ from django.shortcuts import redirect, render
 from django.urls import Resolver404, path, resolve
 from django.views.decorators.http import require_POST
 
+from .api.serializers import CredentialIn
 from .errors import AppError, NotAuthenticated, NotFoundError
 from .selectors import session_for_user, sessions_for_user
-from .services import sharing
+from .services import repositories, sharing
 from .services.accounts import change_password
 from .services.sessions import create_session, delete_session, rename_session
 
@@ -200,9 +201,6 @@ def password_change(request: HttpRequest) -> HttpResponse:
 def credentials(request: HttpRequest) -> HttpResponse:
     """The user's saved repository credentials: add (name, host, kind, secret), list and
     delete; a secret is never shown back."""
-    from .api.serializers import CredentialIn
-    from .services import repositories
-
     error = ""
     if request.method == "POST":
         try:

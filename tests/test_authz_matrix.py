@@ -26,6 +26,10 @@ API = {
     "api/health/": "public",
     "api/sessions/": "collection",
     "api/sessions/import/": "collection",  # makes a session of the caller's own
+    "api/sessions/upload/": "collection",  # likewise, from an archive or a folder
+    "api/credentials/": "collection",  # the caller's own credentials
+    # One of the caller's credentials: another's id is a 404 (test_repositories.py).
+    "api/credentials/<str:credential_id>/": "collection",
     "api/usage/": "collection",  # the caller's usage (a superuser may name another user)
     "api/usage/quota/": "collection",
     "api/models/": "collection",  # the deployment's list: any logged-in user, nothing of others
@@ -47,6 +51,7 @@ PAGES = {
     "logout/": "public",
     "signup/": "public",
     "password/": "page-login",
+    "credentials/": "page-login",  # the caller's own credentials
     "metrics": "metrics-token",  # 404 unless METRICS_TOKEN is set; then its bearer only
 }
 SKIPPED = ("admin/", "^static/")  # the admin has its own tests (test_admin*.py)
@@ -166,10 +171,14 @@ def test_share_holders_read_and_fork_only(world, outsider):
     assert pages.get(f"/s/{token}/").status_code == 200
 
 
+# Reads whose query names something: what the owner's request gives.
+OWNER_QUERIES = {"api/sessions/<str:session_id>/compare/": "?a={message}"}
+
+
 def test_the_owner_reaches_every_read(world, api):
     for route, callback in routes():
         if kind(route) in ("session", "run", "collection", "shared") and "get" in methods(callback):
-            response = api.get(fill(route, world))
+            response = api.get(fill(route, world) + OWNER_QUERIES.get(route, "").format(**world))
             assert response.status_code == 200, (route, response.status_code)
 
 

@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from ..errors import AppError, InvalidInput
 from ..selectors import session_data
 from ..services import repositories
+from ..services import sessions as session_services
 from .base import ApiViewSet, SessionScopedViewSet
 from .serializers import CredentialIn, CredentialOut, PushIn, PushOut, SessionOut
 
@@ -62,19 +63,19 @@ class UploadViewSet(ApiViewSet):
         archive = request.FILES.get("file")
         files = request.FILES.getlist("files")
         if archive is not None and not files:
-            session = repositories.create_from_upload(
-                owner=request.user, title=title, name=archive.name or "upload", fileobj=archive
-            )
+            name = archive.name or "upload"
+            session = session_services.create_session(owner=request.user, title=title or name)
+            session = repositories.fill_from_upload(session=session, name=name, fileobj=archive)
         elif files and archive is None:
             paths = request.data.getlist("paths")
             if len(paths) != len(files):
                 raise InvalidInput("paths must name each of the files, in the same order.")
             top = paths[0].split("/", 1)[0] if paths else ""
-            session = repositories.create_from_upload(
-                owner=request.user,
-                title=title or top,
-                name=top,
-                files=list(zip(paths, files, strict=True)),
+            session = session_services.create_session(
+                owner=request.user, title=title or top or "Upload"
+            )
+            session = repositories.fill_from_upload(
+                session=session, name=top, files=list(zip(paths, files, strict=True))
             )
         else:
             raise InvalidInput("Send one archive as file, or a folder as files with paths.")

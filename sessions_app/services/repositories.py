@@ -11,7 +11,7 @@ uploaded archive, a push of its work, and the user's saved credentials.
   clone's own index and packs (no file is hashed again), and records the clone as the
   session's first message: its patch part names every file, so a revert to it gives the
   empty worktree and an unrevert gives the clone back (13.1).
-* **Upload.** ``create_from_upload``: the same, in the request: ``unpack`` checks every
+* **Upload.** ``fill_from_upload``: the same, in the request: ``unpack`` checks every
   member (links, devices, ``..``, sizes, ratios) before anything is kept.
 * **Push.** One commit per user turn on top of the cloned commit, built from the snapshots
   in the session's own snapshot store (never the worktree's ``.git``, which the agent may
@@ -25,8 +25,9 @@ import logging
 import os
 import re
 import shutil
-import threading
+import tempfile
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -34,7 +35,9 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
-from .. import events, ids, repos, snapshots, vault
+from quotas_app.limits import effective
+
+from .. import events, ids, repos, snapshots, unpack, vault
 from ..errors import ConflictError, InvalidInput, NotFoundError
 from ..models import Credential, HistoryEvent, Message, Part, Session
 from ..selectors import session_data
@@ -45,7 +48,6 @@ log = logging.getLogger(__name__)
 COMMIT = re.compile(r"[0-9a-f]{40}")
 REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}$")
 DEPTH_MAX = 1_000_000
-PREPARE_TASK = "sessions_app.prepare_session"
 STAGING = ".staging"
 
 
@@ -146,22 +148,28 @@ def hold_for_clone(session: Session) -> str:
     return job
 
 
-def enqueue_prepare(session_id: str, job: str) -> None:
-    if settings.RUN_EXECUTOR == "thread":
-        threading.Thread(
-            target=_prepare_in_thread, args=(session_id, job), daemon=True, name=f"clone-{job}"
-        ).start()
-        return
-    from celery import current_app
+# How a prepare job is started: set at start-up by runs_app (``runtime.enqueue_prepare``:
+# a Celery task in services mode, a thread in embedded mode), which owns the mode.
+_dispatch: Callable[[str, str], None] | None = None
 
+
+def set_dispatcher(dispatch: Callable[[str, str], None]) -> None:
+    global _dispatch
+    _dispatch = dispatch
+
+
+def enqueue_prepare(session_id: str, job: str) -> None:
     try:
-        current_app.send_task(PREPARE_TASK, args=[session_id, job])
+        if _dispatch is None:
+            raise RuntimeError("no prepare dispatcher registered (runs_app is not ready)")
+        _dispatch(session_id, job)
     except Exception as exc:  # the broker is away: the clone fails with a sentence
         log.warning("session %s: could not enqueue the clone (%s)", session_id, exc)
         _fail(session_id, job, "The clone could not be started: try again.")
 
 
-def _prepare_in_thread(session_id: str, job: str) -> None:
+def prepare_and_close(session_id: str, job: str) -> None:
+    """``prepare`` on a thread of its own (embedded mode): its connection closed after."""
     try:
         prepare(session_id, job)
     finally:
@@ -216,8 +224,6 @@ def prepare(session_id: str, job: str) -> None:
 
 def _byte_limit(session: Session) -> int:
     """``REPO_MAX_BYTES``, and no more than the owner's worktree quota (0: no limit)."""
-    from quotas_app.limits import effective
-
     bounds = [x for x in (settings.REPO_MAX_BYTES, effective(session.owner_id).worktree_bytes) if x]
     return min(bounds) if bounds else 0
 
@@ -409,13 +415,10 @@ def _fail(session_id: str, job: str, sentence: str) -> None:
 
 
 # -- upload ------------------------------------------------------------------------------------
-def create_from_upload(*, owner, title: str, name: str, fileobj=None, files=None) -> Session:  # noqa: ANN001
-    """A new session whose worktree holds an uploaded archive's files (or a dropped
-    folder's): refused whole, with nothing kept, when ``unpack`` refuses it."""
-    from .. import unpack
-    from .sessions import create_session
-
-    session = create_session(owner=owner, title=title or name or "Upload")
+def fill_from_upload(*, session: Session, name: str, fileobj=None, files=None) -> Session:  # noqa: ANN001
+    """Fill a new, empty ``session``'s worktree with an uploaded archive's files (or a
+    dropped folder's) and record it as its first history event; refused whole, with the
+    session deleted and nothing kept, when ``unpack`` refuses it."""
     staging = _staging(session)
     tree = staging / "tree"
     limits = {
@@ -523,8 +526,6 @@ def _commit_tree(snap: snapshots.Snapshots, commit: str) -> str:
 
 class _scratch_dir:
     def __enter__(self) -> Path:
-        import tempfile
-
         self._dir = tempfile.TemporaryDirectory(prefix="agentplat-push-")
         return Path(self._dir.name)
 

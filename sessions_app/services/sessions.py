@@ -14,6 +14,7 @@ from ..errors import ConflictError, InvalidInput, NotFoundError, SessionBusyErro
 from ..models import HistoryEvent, Message, Session
 from ..selectors import active_path, files_at, session_data
 from . import lock
+from .repositories import check_repository, hold_for_clone
 from .revert import FilesFollow, changes_summary, path_start
 
 
@@ -32,8 +33,6 @@ def create_session(
     check (``sessions_app.api.serializers.SessionIn``); empty means the default.
     ``repository`` ({url, ref, depth, credential_id}): the session starts ``preparing`` and
     its worktree is cloned by a job (``services.repositories``)."""
-    from .repositories import check_repository, hold_for_clone
-
     checkpoint = checkpoint or Session.Checkpoint.TOOL_BATCH
     model = model or settings.AGENT_MODEL
     source = check_repository(owner, repository) if repository else {}
