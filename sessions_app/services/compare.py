@@ -1,0 +1,173 @@
+"""Compare two points of a session (SEMANTICS 14.1): from their common ancestor, the two
+conversations and the files that differ between the snapshots recorded at each point.
+
+A read: nothing is locked or written, and the worktree is never looked at (the snapshots
+hold what each point left), so a pending revert or a run at work changes nothing here.
+
+The cost does not grow with what is not shown: one query for the session's (id, parent)
+pairs (the two paths and their common ancestor are walked in memory), one for the
+snapshots its steps recorded, two for the messages shown (at most ``API_PAGE_MAX`` a side),
+and one ``git diff-tree`` between the two trees, which skips every subtree they share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+
+from .. import snapshots
+from ..errors import InvalidInput, NotFoundError
+from ..models import Message, Part, Session
+from ..selectors import _part_size, message_data, messages_with_parts
+from ..worktree_files import plain_relative
+from .revert import _objects_found
+
+
+@dataclass(frozen=True)
+class Points:
+    """Two points of one session: the paths root → each (ids) and their common part."""
+
+    a: str
+    b: str | None
+    path_a: list[str]
+    path_b: list[str]
+    shared: int  # how many leading messages the two paths share
+
+    @property
+    def base(self) -> str | None:
+        return self.path_a[self.shared - 1] if self.shared else None
+
+
+def _path(parents: dict[str, str | None], leaf: str | None) -> list[str]:
+    path: list[str] = []
+    current = leaf
+    while current is not None and current in parents and len(path) <= len(parents):
+        path.append(current)
+        current = parents[current]
+    path.reverse()
+    return path
+
+
+def find_points(session: Session, a: str, b: str | None) -> Points:
+    """The two points and their common ancestor; ``b`` defaults to the head (none: the
+    session's start). NotFoundError for an id that is not a message of this session."""
+    parents = dict(Message.objects.filter(session_id=session.id).values_list("id", "parent_id"))
+    if b is None:
+        b = session.head_id
+    for name, value in (("a", a), ("b", b)):
+        if value is not None and value not in parents:
+            raise NotFoundError(f"{name}: no such message in this session.")
+    path_a, path_b = _path(parents, a), _path(parents, b)
+    shared = 0
+    for x, y in zip(path_a, path_b, strict=False):
+        if x != y:
+            break
+        shared += 1
+    return Points(a=a, b=b, path_a=path_a, path_b=path_b, shared=shared)
+
+
+def _step_snapshots(session: Session) -> dict[str, list[tuple[int, str, str]]]:
+    """Message id → its steps' ``(order, type, snapshot)``, in order (one query, the
+    snapshot id only: not the rest of the steps' data)."""
+    rows = (
+        Part.objects.filter(
+            session_id=session.id, type__in=(Part.Type.STEP_START, Part.Type.STEP_FINISH)
+        )
+        .order_by("message_id", "order")
+        .values_list("message_id", "order", "type", "data__snapshot")
+    )
+    steps: dict[str, list[tuple[int, str, str]]] = {}
+    for message_id, order, kind, snapshot in rows:
+        if isinstance(snapshot, str) and snapshot:
+            steps.setdefault(message_id, []).append((order, kind, snapshot))
+    return steps
+
+
+def _tree_at(path: list[str], other: list[str], steps: dict) -> str:
+    """The files at the end of ``path``: what its last step left (as ``files_at`` says);
+    when no step ran on it, the files the first step of ``other`` found (the session's
+    start); else the empty tree."""
+    for mid in reversed(path):
+        for _order, kind, snapshot in reversed(steps.get(mid, [])):
+            if kind == Part.Type.STEP_FINISH:
+                return snapshot
+    for mid in other:
+        for _order, kind, snapshot in steps.get(mid, []):
+            if kind == Part.Type.STEP_START:
+                return snapshot
+    return snapshots.EMPTY_TREE
+
+
+def _bounded(ids: list[str]) -> tuple[list[str], bool]:
+    """The first ``API_PAGE_MAX`` of ``ids`` (from the common ancestor on), and whether
+    some were left out."""
+    limit = settings.API_PAGE_MAX
+    return ids[:limit], len(ids) > limit
+
+
+def _side(message_id: str | None, ids: list[str], loaded: dict[str, Message], cut: bool) -> dict:
+    # A side also stops at API_PAGE_MAX_BYTES of part fields, as a page of messages does
+    # (always one message at least).
+    budget, shown = settings.API_PAGE_MAX_BYTES, []
+    for mid in ids:
+        message = loaded.get(mid)
+        if message is None:
+            continue
+        size = sum(_part_size(p) for p in message.loaded_parts)
+        if shown and size > budget:
+            cut = True
+            break
+        shown.append(message_data(message))
+        budget -= size
+    return {"message_id": message_id, "messages": shown, "truncated": cut}
+
+
+def compare_points(*, session: Session, a: str, b: str | None = None) -> dict[str, Any]:
+    """``{base, a: {message_id, messages, truncated}, b: {…}, files, files_truncated}``:
+    the messages after the common ancestor on each side and the files that differ between
+    the snapshots at ``a`` and at ``b`` (``b``: the head when not given)."""
+    points = find_points(session, a, b)
+    side_a, cut_a = _bounded(points.path_a[points.shared :])
+    side_b, cut_b = _bounded(points.path_b[points.shared :])
+    loaded = {m.id: m for m in messages_with_parts(side_a + side_b)}
+    steps = _step_snapshots(session)
+    tree_a = _tree_at(points.path_a, points.path_b, steps)
+    tree_b = _tree_at(points.path_b, points.path_a, steps)
+    with _objects_found():
+        stat = snapshots.for_session(session).diff_stat(tree_a, tree_b)
+    limit = settings.API_FILES_MAX
+    files = [
+        {
+            "path": entry["file"],
+            "status": entry["status"],
+            "additions": entry["additions"],
+            "deletions": entry["deletions"],
+            "binary": entry["binary"],
+        }
+        for entry in stat[:limit]
+    ]
+    return {
+        "base": points.base,
+        "a": _side(points.a, side_a, loaded, cut_a),
+        "b": _side(points.b, side_b, loaded, cut_b),
+        "files": files,
+        "files_truncated": len(stat) > limit,
+    }
+
+
+def compare_file(*, session: Session, a: str, file: str, b: str | None = None) -> dict[str, str]:
+    """One file's unified diff from the snapshot at ``a`` to the one at ``b``. ``file``
+    must be a plain relative path (git answers ``../x`` with an error of its own)."""
+    try:
+        plain_relative(file)
+    except ValueError as exc:
+        raise InvalidInput(f"file: {exc}") from exc
+    points = find_points(session, a, b)
+    steps = _step_snapshots(session)
+    tree_a = _tree_at(points.path_a, points.path_b, steps)
+    tree_b = _tree_at(points.path_b, points.path_a, steps)
+    with _objects_found():
+        patch = snapshots.for_session(session).diff_text(tree_a, tree_b, paths=[file])
+    return {"file": file, "patch": patch}
