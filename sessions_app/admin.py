@@ -20,6 +20,13 @@ from .services import rollback as rollback_services
 from .services import sessions as session_services
 from .services import sharing
 
+# The revert action's mode choice (SEMANTICS 14.5): value, label.
+REWIND_MODES = [
+    ("both", "Conversation and files"),
+    ("conversation", "Conversation only (the files stay)"),
+    ("files", "Files only (the conversation stays)"),
+]
+
 
 def link_to(view: str, pk: str | None, label: str | None = None) -> str:
     """A link to an admin change page by its url name (no query for the object)."""
@@ -268,6 +275,8 @@ class SessionAdmin(OwnedAdmin):
         path = active_path(session)
         choice = request.POST.get("boundary", "")
         message_id, _, part_id = choice.partition(":")
+        mode = request.POST.get("mode", "both")
+        mode = mode if mode in revert_services.MODES else "both"
         plan = None
         if choice and "apply" in request.POST:
             try:
@@ -275,17 +284,23 @@ class SessionAdmin(OwnedAdmin):
                     session=session,
                     message_id=message_id,
                     part_id=part_id or None,
+                    mode=mode,
                     user=request.user,
                 )
             except AppError as exc:
                 self.message_user(request, exc.message, messages.ERROR)
                 return None
-            self.message_user(request, f"Reverted {session.id}; files restored.")
+            done = {
+                "both": "files restored",
+                "conversation": "conversation only, the files are as they were",
+                "files": "files only, the conversation is as it was",
+            }[mode]
+            self.message_user(request, f"Reverted {session.id}; {done}.")
             return None
         if choice:
             try:
                 plan = revert_services.plan_revert(
-                    session=session, message_id=message_id, part_id=part_id or None
+                    session=session, message_id=message_id, part_id=part_id or None, mode=mode
                 )
             except AppError as exc:
                 self.message_user(request, exc.message, messages.ERROR)
@@ -298,6 +313,8 @@ class SessionAdmin(OwnedAdmin):
                 "session": session,
                 "path": path,
                 "choice": choice,
+                "mode": mode,
+                "modes": REWIND_MODES,
                 "plan": plan,
                 "opts": self.model._meta,
                 "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,

@@ -20,7 +20,10 @@ import {
   closeViewers, ctx, el, initShare, loadChanges, loadFiles, loadLineage, loadShare,
 } from "./panels.js";
 import { initSidebar, markCurrent } from "./sidebar.js";
+import { compareButton } from "./compare.js";
+import { alternativesButton, initAlternatives } from "./alternatives.js";
 import { initRepository, renderSource, showPrepare } from "./repository.js";
+import { hideFilesRewound, showFilesRewound, withRewindModes } from "./rewind.js";
 
 const root = document.getElementById("chat");
 let sessionId = root.dataset.sessionId;
@@ -557,6 +560,7 @@ function handle(ev) {
         scheduleResync(true, 0);
         refreshTree();
         loadBudget();
+        loadLineage(); // its cost per branch (own / inherited) moved
         if (regenerating && ev.run.mode === "regenerate") setTimeout(regenerateOutcome, 400);
       }
       break;
@@ -765,17 +769,29 @@ function revertButton(messageId, partId) {
   b.title = "Revert the conversation and the files to this point";
   b.setAttribute("aria-label", partId ? "Revert to this tool call" : "Revert to here");
   b.addEventListener("click", () => doRevert(messageId, partId));
-  return b;
+  return withRewindModes(b, (mode) => doRevert(messageId, partId, mode));
 }
 
 function textOf(m) {
   return m ? m.partIds.map((id) => parts.get(id)).filter((p) => p && p.type === "text").map((p) => p.text).join("") : "";
 }
 
-async function doRevert(messageId, partId) {
+async function doRevert(messageId, partId, mode = "both") {
   showError("");
   try {
-    setSession(await call("POST", api("/revert/"), partId ? { message_id: messageId, part_id: partId } : { message_id: messageId }));
+    const body = { message_id: messageId };
+    if (partId) body.part_id = partId;
+    if (mode !== "both") body.mode = mode; // conversation | files (rewind.js)
+    setSession(await call("POST", api("/revert/"), body));
+    hideFilesRewound();
+    if (mode === "files") {
+      // The conversation stays; the files went back. Undo is an unrevert (rewind.js).
+      showFilesRewound(session, { onUndone: (next) => { setSession(next); render(); loadFiles(); loadChanges(); } });
+      render();
+      loadFiles();
+      loadChanges();
+      return;
+    }
     const boundary = messages.get(session.revert.message_id);
     if (boundary && boundary.role === "user" && !session.revert.part_id) {
       // Sending it again confirms the revert; an unrevert takes it out again.
@@ -820,7 +836,10 @@ function renderRevertBar() {
     list.append(li);
   }
   const head = el("div", "bar-head");
-  head.append(el("strong", "", "Reverted"), el("span", "muted", `${changes.length} file(s) restored — send a message to confirm`));
+  const kept = r.mode === "conversation" && !changes.length;
+  head.append(el("strong", "", kept ? "Reverted (conversation only)" : "Reverted"), el("span", "muted", kept
+    ? "the files are left as they are — send a message to confirm"
+    : `${changes.length} file(s) restored — send a message to confirm`));
   const left = r.not_kept && r.not_kept.count;
   const leftAlone = left
     ? el("p", "muted not-kept", `${left} file(s) the snapshots do not keep were left as they are: ` +
@@ -1046,13 +1065,16 @@ function messageActions(m, isLastAnswer) {
     prev.disabled = at <= 0;
     const next = button("›", "Next branch", () => switchHead(siblings[at + 1]), "nav next");
     next.disabled = at >= siblings.length - 1;
-    nav.append(prev, el("span", "count", `${at + 1}/${siblings.length}`), next);
+    nav.append(prev, el("span", "count", `${at + 1}/${siblings.length}`), next, compareButton(m, "nav compare"));
     bar.append(nav);
     bar.classList.add("has-branches");
   }
   const moves = el("span", "moves");
   if (m.role === "user" && point && idle && !editing.has(m.id)) {
     moves.append(button("Edit", "Edit", () => startEdit(m), "act edit"));
+  }
+  if (m.role === "user" && point && idle && !m.partIds.some((id) => parts.get(id)?.source)) {
+    moves.append(alternativesButton(m));
   }
   if (point && idle) {
     moves.append(button("Fork from here", "Fork the session (chat and files) at this message", () => forkAt(m.id), "act fork-here"));
@@ -1070,6 +1092,7 @@ function messageActions(m, isLastAnswer) {
     files.setAttribute("aria-label", "Download files: the files at this message, as a .zip");
     moves.append(files);
   }
+  moves.append(compareButton(m));
   moves.append(revertButton(m.id));
   bar.append(moves);
   return bar;
@@ -1475,6 +1498,7 @@ window.addEventListener("popstate", () => {
 });
 initShare();
 initRepository(() => sessionId);
+initAlternatives({ call, sessionId: () => sessionId, showError, reload: () => scheduleReload(0) });
 
 await connect();
 await start();

@@ -2,6 +2,8 @@
 // conversation (with their diff), the lineage picture, and the share box of the session menu.
 // They read the session through `ctx`, which the chat sets (and changes when the sidebar
 // switches sessions).
+import { addBlame } from "./blame.js";
+
 export const ctx = { api: (path) => path, call: async () => null, showError: () => {} };
 
 export function el(tag, cls, text) {
@@ -65,9 +67,16 @@ async function showFile(path) {
   const url = ctx.api(`/files/${path.split("/").map(encodeURIComponent).join("/")}`);
   const res = await fetch(url, { credentials: "same-origin" });
   const text = res.ok ? await res.text() : "This file cannot be shown.";
-  openViewer("file-view", path, (pre) => { pre.textContent = text; });
+  let shown;
+  openViewer("file-view", path, (pre) => {
+    pre.classList.remove("blamed");
+    pre.dataset.path = path;
+    pre.textContent = text;
+    shown = pre;
+  });
   const download = document.getElementById("file-download");
   if (download) download.href = `${url}?download=1`;
+  if (res.ok) addBlame(ctx, shown, path, text); // the gutter: which step wrote each line
 }
 
 export async function loadChanges() {
@@ -92,14 +101,50 @@ async function showDiff(file) {
   });
 }
 
+function spent(u) {
+  // One usage sum, compactly: cost, calls, tokens in/out.
+  const cost = u.cost_usd ? `$${u.cost_usd.toFixed(u.cost_usd < 0.01 ? 5 : 2)} · ` : "";
+  return `${cost}${u.calls} call${u.calls === 1 ? "" : "s"} · ${u.input_tokens} in / ${u.output_tokens} out`;
+}
+
+function usageBlock(usage) {
+  // GET …/usage/ (SEMANTICS 14.6): this session's own cost, what its history cost where it
+  // was forked from (counted there, not here), and each branch's own.
+  if (!usage) return null;
+  const box = el("div", "lineage-usage");
+  box.id = "lineage-usage";
+  const dl = el("dl");
+  dl.append(el("dt", "", "Own"), el("dd", "usage-own", spent(usage.own)));
+  if (usage.inherited.calls) {
+    dl.append(el("dt", "", "Inherited"), el("dd", "usage-inherited", spent(usage.inherited)));
+  }
+  box.append(dl);
+  if (usage.branches.length > 1) {
+    const list = el("ol", "usage-branches");
+    list.setAttribute("aria-label", "Own cost per branch, newest first");
+    for (const b of usage.branches) {
+      const li = el("li", "", spent(b.own));
+      li.title = `Branch ending at ${b.head_message_id}`;
+      li.dataset.head = b.head_message_id;
+      list.append(li);
+    }
+    box.append(el("div", "muted", `Per branch (own, newest first${usage.truncated ? ", the newest only" : ""}):`), list);
+  }
+  return box;
+}
+
 export async function loadLineage() {
-  const data = await ctx.call("GET", ctx.api("/lineage/")).catch(() => null);
+  const [data, usage] = await Promise.all([
+    ctx.call("GET", ctx.api("/lineage/")).catch(() => null),
+    ctx.call("GET", ctx.api("/usage/")).catch(() => null),
+  ]);
   const box = document.getElementById("lineage");
   if (!data) return;
+  const cost = usageBlock(usage);
   const chain = [...data.ancestors, data.session];
   const forks = data.forks;
   if (chain.length === 1 && !forks.length) {
-    box.replaceChildren(el("p", "muted", "Not forked yet. “Fork from here” on a message, or Fork session in the menu."));
+    box.replaceChildren(...[cost, el("p", "muted", "Not forked yet. “Fork from here” on a message, or Fork session in the menu.")].filter(Boolean));
     return;
   }
   // Top to bottom, at the panel's own scale (never squeezed or cut): the chain of parents,
@@ -146,7 +191,7 @@ export async function loadLineage() {
     edge(`M12 ${top + H + 1} V${y + H / 2 + 1} H${INDENT + 1}`);
     node(s, INDENT, y, false);
   });
-  box.replaceChildren(svg);
+  box.replaceChildren(...[cost, svg].filter(Boolean));
 }
 
 // -- the share box ------------------------------------------------------------------------

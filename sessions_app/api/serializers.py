@@ -290,6 +290,15 @@ class HeadIn(In):
 class RevertIn(In):
     message_id = serializers.CharField(max_length=40)
     part_id = serializers.CharField(max_length=40, required=False, allow_null=True, default=None)
+    mode = Choice(
+        ("both", "conversation", "files"),
+        required=False,
+        default="both",
+        message="mode must be 'both', 'conversation' or 'files'.",
+        enum="RevertMode",
+        help_text="both: conversation and files; conversation: the files stay; files: the "
+        "conversation stays (SEMANTICS 14.5).",
+    )
 
 
 class RollbackIn(In):
@@ -481,6 +490,9 @@ class SourceOut(Out):
 class RevertOut(Out):
     message_id = serializers.CharField()
     part_id = serializers.CharField(allow_null=True)
+    mode = serializers.CharField(
+        required=False, help_text="both or conversation (a conversation revert moved no files)."
+    )
     snapshot = serializers.CharField(help_text="The files before the revert (a git tree).")
     diff = serializers.CharField(help_text="Unified diff of what the revert undid.")
     files = serializers.ListField(child=serializers.CharField())
@@ -505,6 +517,10 @@ class SessionOut(Out):
     summary = SummaryOut()
     forked_from_session_id = serializers.CharField(allow_null=True)
     forked_from_message_id = serializers.CharField(allow_null=True)
+    lineage_kind = serializers.CharField(
+        allow_null=True, help_text='"alternative" for one of N alternatives; null otherwise.'
+    )
+    alternative_group = serializers.CharField(allow_null=True)
     model = serializers.CharField()
     system_prompt = serializers.CharField()
     checkpoint = serializers.ChoiceField(CHECKPOINTS)
@@ -599,6 +615,16 @@ class CompactionPartOut(PartBase):
     tokens_after = serializers.IntegerField()
 
 
+class AppliedPartOut(PartBase):
+    """A change applied onto the head from another step, turn or fork (SEMANTICS 14.2)."""
+
+    source_session_id = serializers.CharField()
+    source_message_id = serializers.CharField()
+    source_part_id = serializers.CharField(allow_null=True)
+    files = serializers.ListField(child=serializers.CharField())
+    conflicts = serializers.ListField(child=serializers.CharField())
+
+
 PART_SHAPES: dict[Part.Type, type[PartBase]] = {
     Part.Type.TEXT: TextPartOut,
     Part.Type.REASONING: TextPartOut,
@@ -608,6 +634,7 @@ PART_SHAPES: dict[Part.Type, type[PartBase]] = {
     Part.Type.PATCH: PatchPartOut,
     Part.Type.FILE: FilePartOut,
     Part.Type.COMPACTION: CompactionPartOut,
+    Part.Type.APPLIED: AppliedPartOut,
 }
 
 
@@ -668,6 +695,10 @@ class SessionBriefOut(Out):
     forked_from_session_id = serializers.CharField(allow_null=True)
     forked_from_message_id = serializers.CharField(allow_null=True)
     created_at = serializers.DateTimeField()
+    lineage_kind = serializers.CharField(
+        allow_null=True, help_text='"fork", "alternative", or null for a session not forked.'
+    )
+    alternative_group = serializers.CharField(allow_null=True)
 
 
 class LineageOut(Out):

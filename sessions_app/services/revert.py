@@ -8,20 +8,31 @@ can start in between; a run that holds the busy lock makes them answer 409.
 The files are written inside the move's transaction, so they follow it (``FilesFollow``): when
 it does not commit, the worktree goes back to the tree it had before the writes, and the
 database and the files never disagree about whether the session is reverted.
+
+Rewind modes (SEMANTICS 14.5), ``mode`` of ``revert_session`` and ``plan_revert``:
+
+* ``both`` (the default): the conversation's boundary moves and the files go back (3.x).
+* ``conversation``: the boundary moves as with ``both`` (a pending revert, confirmable and
+  unrevertable) but the files are left exactly as they are. The record says ``mode``; an
+  unrevert of it touches no file unless an earlier pending revert had moved them.
+* ``files``: the files go to the tree ``both`` would give and the conversation stays: no
+  pending revert, a ``files-revert`` history event with ``files_before`` / ``files_after``.
+  Refused (409) while a revert is pending. ``unrevert`` undoes it as long as it is the
+  session's latest history move and the files are still what it left.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from types import TracebackType
 
 from django.db import DatabaseError, transaction
 
 from .. import events, snapshots
-from ..errors import InvalidInput, NotFoundError, SessionBusyError
+from ..errors import ConflictError, InvalidInput, NotFoundError, SessionBusyError
 from ..models import HistoryEvent, Message, Part, Session
 from ..selectors import active_path, session_data
 from ..worktree_files import plain_relative
@@ -184,16 +195,37 @@ def _plan(session: Session, message_id: str, part_id: str | None) -> RevertPlan:
     return RevertPlan(boundary, current, pre, target, sorted(sources))
 
 
-def plan_revert(*, session: Session, message_id: str, part_id: str | None = None) -> dict:
-    """What a revert would do, without doing it: the boundary and the per-file diff."""
+MODES = ("both", "conversation", "files")
+FILES_REVERT = "files-revert"  # the history event of a ``files`` rewind
+
+
+def plan_revert(
+    *, session: Session, message_id: str, part_id: str | None = None, mode: str = "both"
+) -> dict:
+    """What a revert would do, without doing it: the boundary and the per-file diff (what
+    the files would go through: none for ``conversation``, now → target for ``files``)."""
+    if mode == "files":
+        _no_pending_revert(session)
     plan = _plan(session, message_id, part_id)
     snap = snapshots.for_session(session)
+    if mode == "conversation":
+        diff: list[dict] = []
+    else:
+        diff = snap.diff_stat(plan.current if mode == "files" else plan.pre, plan.target)
     return {
         "message_id": plan.boundary.message.id,
         "part_id": plan.boundary.part.id if plan.boundary.part else None,
-        "diff": snap.diff_stat(plan.pre, plan.target),
+        "mode": mode,
+        "diff": diff,
         "not_kept": not_kept(snap),
     }
+
+
+def _no_pending_revert(session: Session) -> None:
+    if session.revert:
+        raise ConflictError(
+            "A revert is pending: unrevert or confirm it before rewinding the files only."
+        )
 
 
 NOT_KEPT_LISTED = 50
@@ -224,28 +256,44 @@ def revert_session(
     session: Session,
     message_id: str,
     part_id: str | None = None,
+    mode: str = "both",
     user=None,  # noqa: ANN001
 ) -> Session:
+    if mode not in MODES:
+        raise InvalidInput("mode must be 'both', 'conversation' or 'files'.")
+    if mode == "files":
+        return rewind_files(session=session, message_id=message_id, part_id=part_id, user=user)
     with FilesFollow(session.id) as follow, transaction.atomic():
         locked = lock.lock_idle_session(session.id)
         plan = _plan(locked, message_id, part_id)
         boundary, pre, target = plan.boundary, plan.pre, plan.target
         snap = snapshots.for_session(locked)
-        with follow.writing(snap, plan.current):
-            snap.checkout(target, snap.patch(plan.current, target))
-            diff = snap.diff_stat(pre, target)
+        files = plan.files
+        if mode == "conversation":
+            # The files stay as they are: what an earlier pending revert restored, if any.
+            target, files = plan.current, (locked.revert or {}).get("files", [])
+        moving = mode == "both"
+        with follow.writing(snap, plan.current) if moving else nullcontext():
+            if moving:
+                snap.checkout(target, snap.patch(plan.current, target))
+            same = not moving and pre == target  # nothing to tell: no git call
+            diff = [] if same else snap.diff_stat(pre, target)
             locked.revert = {
                 "message_id": boundary.message.id,
                 "part_id": boundary.part.id if boundary.part else None,
+                "mode": mode,
                 "snapshot": pre,
-                "diff": snap.diff_text(pre, target),
-                "files": plan.files,
+                "diff": "" if same else snap.diff_text(pre, target),
+                "files": files,
                 "changes": diff,
                 # What it left alone: files no snapshot holds (SEMANTICS 13.3).
                 "not_kept": not_kept(snap),
             }
-            locked.summary = changes_summary(snap, path_start(active_path(locked)), target)
-            locked.save(update_fields=["revert", "summary", "updated_at"])
+            fields = ["revert", "updated_at"]
+            if moving:
+                locked.summary = changes_summary(snap, path_start(active_path(locked)), target)
+                fields.append("summary")
+            locked.save(update_fields=fields)
             HistoryEvent.objects.create(
                 session=locked,
                 kind="revert",
@@ -253,7 +301,51 @@ def revert_session(
                 data={
                     "message_id": boundary.message.id,
                     "part_id": locked.revert["part_id"],
+                    "mode": mode,
                     "snapshot": pre,
+                    "files": files,
+                },
+            )
+            events.publish_on_commit(
+                locked.id, events.SESSION_UPDATED, session=session_data(locked)
+            )
+            if moving:
+                events.publish_on_commit(
+                    locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary
+                )
+    return locked
+
+
+def rewind_files(
+    *,
+    session: Session,
+    message_id: str,
+    part_id: str | None = None,
+    user=None,  # noqa: ANN001
+) -> Session:
+    """Rewind mode ``files``: the files go to the tree a revert to that point gives, the
+    conversation stays. A history event records the trees before and after, so ``unrevert``
+    can put them back (``_undo_files_rewind``)."""
+    with FilesFollow(session.id) as follow, transaction.atomic():
+        locked = lock.lock_idle_session(session.id)
+        _no_pending_revert(locked)
+        plan = _plan(locked, message_id, part_id)
+        current, target = plan.current, plan.target
+        snap = snapshots.for_session(locked)
+        with follow.writing(snap, current):
+            snap.checkout(target, snap.patch(current, target))
+            diff = snap.diff_stat(current, target)
+            locked.summary = changes_summary(snap, path_start(active_path(locked)), target)
+            locked.save(update_fields=["summary", "updated_at"])
+            HistoryEvent.objects.create(
+                session=locked,
+                kind=FILES_REVERT,
+                created_by=user,
+                data={
+                    "message_id": plan.boundary.message.id,
+                    "part_id": plan.boundary.part.id if plan.boundary.part else None,
+                    "files_before": current,
+                    "files_after": target,
                     "files": plan.files,
                 },
             )
@@ -267,13 +359,30 @@ def revert_session(
 
 
 def unrevert_session(*, session: Session, user=None) -> Session:  # noqa: ANN001
+    """Undo the pending revert (its files too, unless it never moved them: a
+    ``conversation`` rewind); with none pending, undo a ``files`` rewind that is the
+    session's latest history move."""
     with FilesFollow(session.id) as follow, transaction.atomic():
         locked = lock.lock_idle_session(session.id)
         if not locked.revert:
+            return _undo_files_rewind(locked, follow, user)
+        revert = locked.revert
+        if revert.get("mode") == "conversation" and not revert.get("files"):
+            locked.revert = None
+            locked.save(update_fields=["revert", "updated_at"])
+            HistoryEvent.objects.create(
+                session=locked,
+                kind="unrevert",
+                created_by=user,
+                data={"snapshot": revert["snapshot"], "mode": "conversation"},
+            )
+            events.publish_on_commit(
+                locked.id, events.SESSION_UPDATED, session=session_data(locked)
+            )
             return locked
         snap = snapshots.for_session(locked)
         current = snap.track()
-        pre = locked.revert["snapshot"]
+        pre = revert["snapshot"]
         diff = snap.diff_stat(current, pre)
         with follow.writing(snap, current):
             snap.restore(pre)
@@ -290,6 +399,39 @@ def unrevert_session(*, session: Session, user=None) -> Session:  # noqa: ANN001
                 events.publish_on_commit(
                     locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary
                 )
+    return locked
+
+
+def _undo_files_rewind(locked: Session, follow: FilesFollow, user) -> Session:  # noqa: ANN001
+    """Under the session row lock: when the session's latest history event is a ``files``
+    rewind and the files are still what it left, they go back to what they were before it
+    (409 when they changed since); otherwise nothing to undo."""
+    last = HistoryEvent.objects.filter(session=locked).order_by("-id").first()
+    if last is None or last.kind != FILES_REVERT:
+        return locked
+    snap = snapshots.for_session(locked)
+    current = snap.track()
+    before, after = last.data["files_before"], last.data["files_after"]
+    if current != after:
+        raise ConflictError(
+            "The files changed since they were rewound: rewind them again to the point you want."
+        )
+    diff = snap.diff_stat(current, before)
+    with follow.writing(snap, current):
+        snap.restore(before)
+        locked.summary = changes_summary(snap, path_start(active_path(locked)), before)
+        locked.save(update_fields=["summary", "updated_at"])
+        HistoryEvent.objects.create(
+            session=locked,
+            kind="unrevert",
+            created_by=user,
+            data={"snapshot": before, "mode": "files", "files_revert_id": last.id},
+        )
+        events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
+        if diff:
+            events.publish_on_commit(
+                locked.id, events.SESSION_DIFF, diff=diff, summary=locked.summary
+            )
     return locked
 
 
