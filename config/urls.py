@@ -6,7 +6,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from runs_app import dashboard
 from runs_app import pages as run_pages
+from runs_app.api import alternatives as alternative_views
 from runs_app.api import views as run_views
+from runs_app.api.branch_usage import SessionUsageViewSet
 from runs_app.api.usage import UsageViewSet
 from runs_app.health import health
 from runs_app.metrics import metrics_view
@@ -16,6 +18,7 @@ from sessions_app.api import apply as apply_views
 from sessions_app.api import branches as branch_views
 from sessions_app.api import repositories as repo_views
 from sessions_app.api import views as session_views
+from sessions_app.api.blame import BlameViewSet
 
 # ViewSet actions, routed by hand: every path of the contract keeps its exact shape.
 sessions = session_views.SessionViewSet.as_view
@@ -65,6 +68,14 @@ api = [
     path("sessions/<str:session_id>/push/", repo_views.PushViewSet.as_view({"post": "push"})),
     path("sessions/<str:session_id>/apply/", apply_views.ApplyViewSet.as_view({"post": "apply"})),
     path(
+        "sessions/<str:session_id>/alternatives/",
+        alternative_views.AlternativesViewSet.as_view({"post": "alternatives"}),
+    ),
+    path(
+        "sessions/<str:session_id>/adopt/",
+        alternative_views.AlternativesViewSet.as_view({"post": "adopt"}),
+    ),
+    path(
         "sessions/<str:session_id>/share/",
         sessions({"get": "shared_link", "post": "share", "delete": "unshare"}),
     ),
@@ -73,9 +84,14 @@ api = [
     path("shared/<str:token>/files/<path:path>", shared({"get": "files"})),
     path("sessions/<str:session_id>/tree/", sessions({"get": "tree"})),
     path("sessions/<str:session_id>/lineage/", sessions({"get": "lineage"})),
+    path("sessions/<str:session_id>/usage/", SessionUsageViewSet.as_view({"get": "usage"})),
     path("sessions/<str:session_id>/checkpoints/", session_runs({"get": "checkpoints"})),
     path("sessions/<str:session_id>/files/", sessions({"get": "files"})),
     path("sessions/<str:session_id>/files/<path:path>", sessions({"get": "file"})),
+    path(
+        "sessions/<str:session_id>/blame/<path:path>",
+        BlameViewSet.as_view({"get": "blame"}),
+    ),
     path("sessions/<str:session_id>/runs/", session_runs({"get": "list", "post": "create"})),
     path("sessions/<str:session_id>/runs/stream/", session_runs({"post": "stream"})),
     path("sessions/<str:session_id>/abort/", session_runs({"post": "abort"})),
