@@ -440,7 +440,8 @@ def report(r: dict[str, Any]) -> str:
                 ["", "p50 ms", "p99 ms", "p50 / floor", "p99 / floor"],
                 rows,
                 f"target p50 <= {b['target_p50_ms']} ms: "
-                f"{'met' if b['api']['p50_ms'] <= b['target_p50_ms'] else 'not met'}; first call (writes the chain) "
+                f"{'met' if b['api']['p50_ms'] <= b['target_p50_ms'] else 'not met'}; "
+                "first call (writes the chain) "
                 f"{_f(b['first_ms'])} ms; answer: {b['runs_in_answer']:,} runs of lines, "
                 f"{'the same step for every line as the floor' if b['exact'] else 'DIFFERS'}"
                 f" ({b['lines_differing']} lines differ); history built in {_f(b['build_s'], 1)} s",
