@@ -1,5 +1,5 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
-sandbox, snapshots, abort, fork, load, render, quota, chaos.
+sandbox, snapshots, repo, abort, fork, load, render, quota, branches, chaos.
 
 ``chaos`` (the chaos test at length: ``--minutes``, 30 by default) runs only when named with
 ``--only``; the others run by default.
@@ -29,12 +29,14 @@ BENCHES = (
     "history",
     "memory",
     "snapshots",
+    "repo",
     "abort",
     "fork",
     "load",
     "sandbox",
     "render",
     "quota",
+    "branches",
     "chaos",
 )
 # Run only when named (``--only chaos``): half an hour of faults.
@@ -293,12 +295,19 @@ def _record(
 # runs, its module, and whether it takes the environment (database, Redis, workdir).
 SIMPLE = (
     ("snapshots", "snapshots", "snapshot_bench", False),
+    (
+        "repo",
+        "snapshots at repository size (a project's sdist; 50,000 files, 500 MB)",
+        "repo",
+        False,
+    ),
     ("fork", "session fork / checkpoint bytes vs agno", "fork", True),
     ("load", "load (50 sessions + 200 websockets + API; 100 prompts)", "load", True),
     ("abort", "abort / recovery", "abort", True),
     ("sandbox", "shell sandbox", "sandbox", False),
     ("render", "chat rendering in Chromium, current vs old app.js", "render", True),
     ("quota", "quota check on a run request, 1 and 1,000,000 usage rows", "quota", True),
+    ("branches", "branches as workspaces (blame: 5,000 lines, 200 steps)", "branches", True),
 )
 
 

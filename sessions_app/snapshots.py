@@ -24,6 +24,11 @@ plain files, its ``.git`` left out (``_add_all``), so no git ever runs inside it
 ``prune_store`` deletes the objects of the shared store that no snapshot needs any more
 (``manage.py prune_snapshots``).
 
+At size: ``seed`` starts a cloned session from the clone's own packs and index (its first
+snapshot a stat walk, not a hash of every file); the index is version 4 and split
+(``SCALE_OVERRIDES``); ``SNAPSHOT_EXCLUDE`` (``info/exclude``) keeps what package managers
+and interpreters rebuild out of every snapshot.
+
 No lock per git directory: the session's index has one writer at a time by construction. The
 loop ``track``s while it holds the busy lock; the history moves (revert, unrevert, a run's
 branch start) write while they hold the session row with no run holding the busy lock, and a
@@ -41,6 +46,7 @@ import re
 import shutil
 import signal
 import socket
+import stat as stat_module
 import subprocess
 import tempfile
 import time
@@ -92,6 +98,28 @@ GIT_CONFIG = """[core]
 [gc]
 \tauto = 0
 """
+
+# A worktree of many files (tens of thousands): what git itself offers, given on every command
+# line so that git dirs made before these settings get them too.
+# * ``index.version=4``: paths prefix-compressed, a third smaller index to read and write (a
+#   new index; ``seed`` converts a clone's). ``feature.manyFiles`` is this and the untracked
+#   cache (already in ``GIT_CONFIG``) in git 2.39.
+# * ``core.splitIndex``: the index is a shared part (``sharedindex.<id>`` in the git dir,
+#   rewritten when a fifth of the entries changed) and a small part that a step rewrites, so a
+#   step writes and hashes kilobytes, not the whole index.
+# * ``core.preloadIndex`` (git's default, stated): the stat walk on every core.
+# The untracked cache speeds the walks of ``status`` and ``ls-files``; ``git add`` walks every
+# directory whatever it holds (git's ``validate_untracked_cache`` refuses a walk that collects
+# ignored paths), which is most of what a step's snapshot costs past the stat walk.
+# No fsmonitor: git 2.39's builtin daemon exists on macOS and Windows only, and a hook-based
+# one would run a program (``core.fsmonitor=false`` above). A scratch index (``peek``) is
+# written whole (``core.splitIndex=false`` for it): it would otherwise leave shared parts of
+# its own in the git dir.
+SCALE_OVERRIDES = ("index.version=4", "core.splitIndex=true", "core.preloadIndex=true")
+SCALE_FLAGS = tuple(a for o in SCALE_OVERRIDES for a in ("-c", o))
+SCRATCH_FLAGS = ("-c", "core.splitIndex=false")
+SHARED_INDEX = "sharedindex."
+PACK_NAME = re.compile(r"pack-[0-9a-f]{40,64}\.(?:pack|idx|rev)")
 
 # Given on every git command line: ``-c`` wins over every config file git reads, and git hands
 # these on to any git it would start. Nothing the worktree holds is run or followed.
@@ -178,7 +206,7 @@ class Snapshots:
             raise SnapshotError(f"git {args[0]}: git is not installed")
         try:
             proc = subprocess.Popen(
-                [git, *GIT_FLAGS, *args],
+                [git, *GIT_FLAGS, *SCALE_FLAGS, *(SCRATCH_FLAGS if index else ()), *args],
                 cwd=self.worktree,
                 env=self._env(index),
                 stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
@@ -226,6 +254,7 @@ class Snapshots:
         HEAD comes last, so a git dir interrupted half-way is made again."""
         self.worktree.mkdir(parents=True, exist_ok=True)
         if (self.git_dir / "HEAD").exists():
+            self._write_exclude()
             return
         self.git_dir.mkdir(parents=True, exist_ok=True)
         objects = self.git_dir / "objects"
@@ -236,9 +265,120 @@ class Snapshots:
             objects.symlink_to(os.path.relpath(self.objects, self.git_dir), True)
         for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
             (self.git_dir / sub).mkdir(parents=True, exist_ok=True)
-        (self.git_dir / "info" / "exclude").write_text(".git\n")
+        self._write_exclude()
         (self.git_dir / "config").write_text(GIT_CONFIG)
         (self.git_dir / "HEAD").write_text("ref: refs/heads/main\n")
+
+    def _write_exclude(self) -> None:
+        """``info/exclude``: the worktree's own ``.git``, and ``SNAPSHOT_EXCLUDE``. Rewritten
+        only when the setting changed (git's untracked cache is keyed on this file)."""
+        text = "".join(f"{line}\n" for line in (".git", *settings.SNAPSHOT_EXCLUDE))
+        path = self.git_dir / "info" / "exclude"
+        try:
+            if path.read_text() == text:
+                return
+        except (FileNotFoundError, UnicodeDecodeError):
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = path.with_name(f"exclude{TMP_PREFIX}{os.getpid()}")
+        scratch.write_text(text)
+        os.replace(scratch, path)
+
+    def seed(self, index: Path, packs: Iterable[Path]) -> None:
+        """Start from a clone git just made in the worktree: its packs (``.pack``, ``.idx``,
+        ``.rev``) copied into the object store and its index copied as this git dir's, so the
+        next ``track`` is a stat walk that finds every file as the clone wrote it, not a hash
+        of every file.
+
+        Copies, never links: the worktree's ``.git`` is the agent's to write, and a link would
+        let it rewrite objects every session reads. Files are opened without following a link
+        and must be regular. Call it before anything (the agent) could have touched the clone:
+        the packs are trusted as git's own fetch checked them (every object id verified), which
+        is what makes copying them safe for a shared, content-addressed store. A pack of the
+        same name is already there (same name, same content) and is left alone; each file is
+        written under a temporary name and renamed, ``.idx`` last, so a reader never sees an
+        index without its pack.
+
+        The index is checked before it is used: a split index (whose shared part is not here),
+        an unmerged entry, a path git would refuse (``..``, ``.git``) or an object the store
+        does not hold, and it is dropped (the next ``track`` then hashes every file, slower,
+        still right). Entries of ``SNAPSHOT_EXCLUDE`` and files over
+        ``SNAPSHOT_MAX_FILE_BYTES`` leave it; gitlinks (submodules) are taken apart by
+        ``track`` like any other. It keeps the clone's mtime (git's "racily clean" check needs
+        it), is rewritten as index version 4, and its tree becomes the last snapshot's."""
+        self.ensure()
+        store = (self.objects if self.objects is not None else self.git_dir / "objects") / "pack"
+        store.mkdir(parents=True, exist_ok=True)
+        order = {".pack": 0, ".rev": 1, ".idx": 2}
+        wanted = sorted(
+            (p for p in map(Path, packs) if PACK_NAME.fullmatch(p.name)),
+            key=lambda p: (order[p.suffix], p.name),
+        )
+        for pack in wanted:
+            if not (store / pack.name).exists():
+                _copy_regular(pack, store / pack.name)
+        target = self.git_dir / "index"
+        scratch = self.git_dir / f"index{TMP_PREFIX}seed"
+        try:
+            _copy_regular(Path(index), scratch)
+        except OSError:
+            scratch.unlink(missing_ok=True)
+            return
+        try:
+            if not self._seedable(str(scratch)):
+                return
+            self._git("update-index", "--index-version", "4", index=str(scratch))
+            # Its tree, as the last snapshot's: git checks that the store holds every object
+            # the index names (a pack not given, a shallow clone's: refused, as a tree naming
+            # a missing blob would be), and the first ``track`` then checks the sizes of only
+            # what changed since the clone; the large files are taken out here.
+            result = self._run(["write-tree"], index=str(scratch))
+            if result.code != 0:
+                return
+            tree = result.stdout.decode().strip()
+            limit = settings.SNAPSHOT_MAX_FILE_BYTES
+            large = self._large_blobs(tree, limit) if limit else []
+            if large:
+                self._remove(large, str(scratch))
+                tree = self._git("write-tree", index=str(scratch)).strip()
+            os.replace(scratch, target)
+            (self.git_dir / "last-tree").write_text(tree)
+        finally:
+            scratch.unlink(missing_ok=True)
+
+    def _seedable(self, index: str) -> bool:
+        """Whether the index at ``index`` (a clone's) may become this git dir's: see ``seed``.
+        Drops its entries that ``SNAPSHOT_EXCLUDE`` names."""
+        listed = self._run(["ls-files", "--stage", "-z"], index=index)
+        if listed.code != 0:
+            return False  # a split index, a version git does not read, not an index
+        for entry in listed.stdout.split(b"\0"):
+            meta, _, name = entry.partition(b"\t")
+            if not entry:
+                continue
+            fields = meta.split()
+            if len(fields) != 3 or fields[2] != b"0" or not name:
+                return False
+            path = name.decode("utf-8", "surrogateescape")
+            if path.startswith("/") or git_refuses(path):
+                return False
+        exclude = self.git_dir / "info" / "exclude"
+        excluded = self._check(
+            ["ls-files", "--cached", "--ignored", f"--exclude-from={exclude}", "-z"], index=index
+        )
+        self._remove(
+            [n for n in excluded.decode("utf-8", "surrogateescape").split("\0") if n], index
+        )
+        return True
+
+    def _remove(self, names: list[str], index: str) -> None:
+        """Take ``names`` out of the index at ``index`` (any number: read from stdin)."""
+        if names:
+            self._check(
+                ["update-index", "--force-remove", "-z", "--stdin"],
+                input=b"".join(n.encode("utf-8", "surrogateescape") + b"\0" for n in names),
+                index=index,
+            )
 
     # -- the three operations --------------------------------------------------------------
     def track(self, *, index: str | None = None) -> str:
@@ -257,15 +397,11 @@ class Snapshots:
         limit = settings.SNAPSHOT_MAX_FILE_BYTES
         if tree != last:
             if limit:
-                # Only the files that changed since the last snapshot can have grown.
-                candidates = self.patch(last, tree) if last else self._all_files(tree)
-                large = [
-                    name
-                    for name in candidates
-                    if (path := self.worktree / name).is_file()
-                    and not path.is_symlink()
-                    and path.stat().st_size > limit
-                ]
+                # Only the files that changed since the last snapshot can have grown; on the
+                # first, the tree's blob sizes say which may be large (git reads them from the
+                # store: a stat per file costs more than the whole snapshot of a fresh clone).
+                candidates = self.patch(last, tree) if last else self._large_blobs(tree, limit)
+                large = [name for name in candidates if _regular_size(self.worktree / name) > limit]
                 if large:
                     # Large files stay out of snapshots (reported by ``skipped``), never silently.
                     self._git("update-index", "--force-remove", "--", *large, index=index)
@@ -302,12 +438,18 @@ class Snapshots:
 
     def _drop_gitlinks(self, index: str | None) -> list[str]:
         """Remove the index's gitlinks: their paths. Costs one read of the index file when
-        there is none (its mode bytes are not in it); git lists them when there may be."""
+        there is none (its mode bytes are not in it); git lists them when there may be.
+
+        A split index (``core.splitIndex``) keeps most entries in a shared part, always in
+        the git dir (a scratch index's too): those are read as well, each once per process
+        (a shared part is never rewritten: its name is its content's id)."""
         try:
             data = Path(index or self.git_dir / "index").read_bytes()
         except FileNotFoundError:
             return []
-        if GITLINK_MODE not in data:
+        if GITLINK_MODE not in data and not any(
+            _has_gitlink_bytes(shared) for shared in self._shared_indexes()
+        ):
             return []
         out = self._git("ls-files", "--stage", "-z", index=index)
         links = [
@@ -316,8 +458,26 @@ class Snapshots:
             if entry.startswith("160000 ") and "\t" in entry
         ]
         if links:
-            self._git("update-index", "--force-remove", "--", *links, index=index)
+            # A new shared part, written without them: the one read above would otherwise
+            # keep their bytes and send every later snapshot through ``ls-files``.
+            self._git(
+                "-c",
+                "splitIndex.maxPercentChange=0",
+                "update-index",
+                "--force-remove",
+                "--",
+                *links,
+                index=index,
+            )
         return links
+
+    def _shared_indexes(self) -> list[Path]:
+        try:
+            return [
+                Path(e.path) for e in os.scandir(self.git_dir) if e.name.startswith(SHARED_INDEX)
+            ]
+        except FileNotFoundError:
+            return []
 
     def _seed(self, directory: str) -> str | None:
         """A file (or link) of ``directory``, outside any ``.git``: the worktree path that
@@ -410,11 +570,23 @@ class Snapshots:
         except FileNotFoundError:
             return ""
 
+    def _large_blobs(self, tree: str, limit: int) -> list[str]:
+        """The paths of ``tree`` whose blobs are over ``limit`` bytes."""
+        found = []
+        for record in filter(None, self._git("ls-tree", "-r", "-l", "-z", tree).split("\0")):
+            meta, _, name = record.partition("\t")
+            size = meta.split()[-1]
+            if size.isdigit() and int(size) > limit:
+                found.append(name)
+        return found
+
     def _all_files(self, tree: str) -> list[str]:
         return [f for f in self._git("ls-tree", "-r", "--name-only", "-z", tree).split("\0") if f]
 
     def skipped(self) -> list[dict[str, str]]:
-        """Files of the worktree that snapshots do not cover, and why."""
+        """Files of the worktree that snapshots do not cover, and why: ``invalid-name`` (git
+        refuses it), ``large`` (over ``SNAPSHOT_MAX_FILE_BYTES``), ``excluded``
+        (``SNAPSHOT_EXCLUDE``), ``ignored`` (the worktree's ``.gitignore``)."""
         self.ensure()
         result = []
         limit = settings.SNAPSHOT_MAX_FILE_BYTES
@@ -428,10 +600,30 @@ class Snapshots:
         ignored = self._git(
             "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"
         )
-        for name in filter(None, ignored.split("\0")):
-            if name.rstrip("/") != ".git":
-                result.append({"path": name, "reason": "ignored"})
+        names = [n for n in ignored.split("\0") if n and n.rstrip("/") != ".git"]
+        excluded = self._excluded(names)
+        for name in names:
+            result.append({"path": name, "reason": "excluded" if name in excluded else "ignored"})
         return sorted(result, key=lambda r: r["path"])
+
+    def _excluded(self, names: list[str]) -> set[str]:
+        """Those of ``names`` (ignored paths) that ``info/exclude`` (``SNAPSHOT_EXCLUDE``),
+        not a ``.gitignore``, leaves out: git says which pattern matched, and where from."""
+        if not names or not settings.SNAPSHOT_EXCLUDE:
+            return set()
+        # check-ignore takes no literal pathspecs: a name that would read as pathspec magic
+        # (a leading ":") is left out of the question, and reported "ignored".
+        asked = [n for n in names if not n.startswith(":")]
+        out = self._run(
+            ["--no-literal-pathspecs", "check-ignore", "--verbose", "--no-index", "--stdin", "-z"],
+            input=b"".join(n.encode("utf-8", "surrogateescape") + b"\0" for n in asked),
+        ).stdout.split(b"\0")
+        exclude = str(self.git_dir / "info" / "exclude").encode("utf-8", "surrogateescape")
+        found = set()
+        for i in range(0, len(out) - 3, 4):  # source, line, pattern, path
+            if out[i] == exclude:
+                found.add(out[i + 3].decode("utf-8", "surrogateescape"))
+        return found
 
     def patch(self, tree: str, other: str | None = None) -> list[str]:
         """Files that differ between ``tree`` and ``other`` (default: the worktree now)."""
@@ -458,7 +650,9 @@ class Snapshots:
         if tree == EMPTY_TREE:
             return
         self._git("read-tree", tree)
-        self._git("checkout-index", "--all", "--force")
+        # ``-u``: the index gets each file's stat data as it is written, so the next ``track``
+        # is a stat walk, not a hash of every file the fork wrote.
+        self._git("checkout-index", "--all", "--force", "-u")
         (self.git_dir / "last-tree").write_text(tree)
 
     def list_tree(self, tree: str) -> list[dict[str, object]]:
@@ -517,6 +711,25 @@ class Snapshots:
             "--no-signature",
             f"{base}..{tip}",
         )
+
+    def blame(self, commit: str, path: str) -> list[tuple[int, int, str]]:
+        """``git blame`` of ``path`` at ``commit`` (a chain written with ``write_object``):
+        ``(start, end, commit)`` for each run of lines (1-based, ``end`` included), in line
+        order; what ``--incremental`` gives, without the lines themselves. ``--no-follow``:
+        a file a commit adds is its own, never another one's renamed."""
+        self.ensure()
+        out = self._git("blame", "--incremental", "--no-follow", commit, "--", path)
+        groups, in_group = [], False
+        for line in out.split("\n"):
+            if not in_group:
+                fields = line.split(" ")
+                if len(fields) == 4 and OBJECT_ID.fullmatch(fields[0]):
+                    start, count = int(fields[2]), int(fields[3])
+                    groups.append((start, start + count - 1, fields[0]))
+                    in_group = True
+            elif line.startswith("filename "):  # the last header line of a group
+                in_group = False
+        return sorted(groups)
 
     def read_blob(self, tree: str, path: str) -> bytes | None:
         """A file's content as it is in ``tree``; None when it is not there."""
@@ -796,6 +1009,90 @@ class Snapshots:
         text = self._git(*args, "--", *paths) if paths else self._git(*args)
         return text if len(text) <= limit else text[:limit] + "\n[diff truncated]\n"
 
+    def merge_trees(self, base: str, ours: str, theirs: str) -> tuple[str, list[str]]:
+        """Three-way, in the store (no worktree, no index): ``ours`` with the change from
+        ``base`` to ``theirs`` applied, by git's own merge (``merge-tree --write-tree``, on
+        three commits made for it: ``base`` the parent of the two others). The resulting
+        tree, and the files it left with conflict markers. No rename detection: a file is
+        its path; nothing of the trees' ``.gitattributes`` can name a driver that runs
+        (no config names one)."""
+        ident = "agentplat <agentplat@agentplat.invalid> 0 +0000"
+
+        def commit(tree: str, parent: str | None = None) -> str:
+            lines = [f"tree {tree}", *([f"parent {parent}"] if parent else [])]
+            body = "\n".join([*lines, f"author {ident}", f"committer {ident}", "", "merge", ""])
+            return self.write_object("commit", body.encode())
+
+        root = commit(base)
+        result = self._run(
+            [
+                "-c", "merge.renames=false", "-c", "merge.conflictStyle=merge",
+                "merge-tree", "--write-tree", "--name-only", "-z", "--no-messages",
+                commit(ours, root), commit(theirs, root),
+            ]
+        )  # fmt: skip
+        if result.code not in (0, 1):
+            raise SnapshotError(f"git merge-tree: {result.stderr.strip()}")
+        fields = result.stdout.decode("utf-8", "surrogateescape").split("\0")
+        tree, conflicts = fields[0].strip(), []
+        for name in fields[1:]:
+            if not name:
+                break
+            if name not in conflicts:
+                conflicts.append(name)
+        if not OBJECT_ID.fullmatch(tree):
+            raise SnapshotError("git merge-tree gave no tree")
+        return tree, conflicts
+
+
+_GITLINK_SEEN: dict[tuple[str, int, int], bool] = {}
+
+
+def _has_gitlink_bytes(path: Path) -> bool:
+    """Whether a shared index part may hold a gitlink (its mode bytes are in it)."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return False
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _GITLINK_SEEN:
+        try:
+            _GITLINK_SEEN[key] = GITLINK_MODE in path.read_bytes()
+        except FileNotFoundError:
+            return False
+        if len(_GITLINK_SEEN) > 256:
+            _GITLINK_SEEN.pop(next(iter(_GITLINK_SEEN)))
+    return _GITLINK_SEEN[key]
+
+
+def _regular_size(path: Path) -> int:
+    """The size of the regular file at ``path`` (a link is not followed); -1 for anything
+    else, or nothing."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return -1
+    return info.st_size if stat_module.S_ISREG(info.st_mode) else -1
+
+
+def _copy_regular(source: Path, target: Path) -> None:
+    """Copy ``source`` (a regular file, not reached through a link in its last component)
+    to ``target`` through a temporary name, keeping its mtime; never a link."""
+    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as src:
+        info = os.fstat(src.fileno())
+        if not stat_module.S_ISREG(info.st_mode):
+            raise OSError(f"{source}: not a regular file")
+        scratch = target.with_name(f"{TMP_PREFIX}{os.getpid()}-{target.name}")
+        try:
+            with open(scratch, "wb") as dst:
+                shutil.copyfileobj(src, dst, 1 << 20)
+            os.utime(scratch, ns=(info.st_atime_ns, info.st_mtime_ns))
+            os.replace(scratch, target)
+        except BaseException:
+            scratch.unlink(missing_ok=True)
+            raise
+
 
 def _lines(values: Iterable[str]) -> bytes:
     return "".join(f"{value}\n" for value in values).encode("ascii")
@@ -935,6 +1232,12 @@ def _named_by_git_dir(reader: Snapshots, git_dir: Path) -> set[str]:
         named.add(last)
     index = git_dir / "index"
     if index.is_file():
+        # A split index names its shared part, which git looks for in the git dir it runs
+        # in: the reader's, which gets a link to each of this git dir's.
+        for stale in reader._shared_indexes():
+            stale.unlink()
+        for shared in Snapshots(git_dir=git_dir, worktree=reader.worktree)._shared_indexes():
+            (reader.git_dir / shared.name).symlink_to(shared)
         out = reader._check(
             ["ls-files", "--stage", "-z"], index=str(index), timeout=PRUNE_GIT_TIMEOUT_SECONDS
         )

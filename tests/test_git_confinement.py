@@ -204,22 +204,41 @@ def _spawn_calls(path: Path) -> list[tuple[str, int, str]]:
     return found
 
 
-def test_every_git_the_product_starts_goes_through_the_one_runner():
+# The two places a git process starts: the snapshots' runner (local: no network, no exec
+# path, no helper) and the remotes' runner (a clone or a push: the one that may reach a
+# repository host, with protocols, redirects, helpers and config fenced off: repos.py).
+RUNNERS = [("sessions_app/repos.py", "run"), ("sessions_app/snapshots.py", "Snapshots._run")]
+
+
+def test_every_git_the_product_starts_goes_through_one_of_the_two_runners():
     starts = {
         (path.relative_to(django_settings.BASE_DIR).as_posix(), where, line, argv)
         for path in _product_files()
         for where, line, argv in _spawn_calls(path)
     }
     assert starts, "the scan finds the process starts"
-    gits = [s for s in starts if re.search(r"\bgit\b", s[3], re.IGNORECASE)]
-    assert [(s[0], s[1]) for s in gits] == [("sessions_app/snapshots.py", "Snapshots._run")]
-    in_snapshots = [s for s in starts if s[0] == "sessions_app/snapshots.py"]
-    assert len(in_snapshots) == 1, "snapshots.py starts processes in one place only"
-    # Nothing else names git's binary to start it another way (``shutil.which`` included).
+    gits = sorted(s for s in starts if re.search(r"\bgit\b", s[3], re.IGNORECASE))
+    assert [(s[0], s[1]) for s in gits] == RUNNERS
+    for module, _ in RUNNERS:
+        started = [s for s in starts if s[0] == module]
+        assert len(started) == 1, f"{module} starts processes in one place only"
+    # Nothing else names git's binary to start it another way: no ``which("git")``, no argv
+    # that begins with it (a session's ``source`` type "git" is a word, not a program).
     for path in _product_files():
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and node.value == "git":
-                assert path.name == "snapshots.py", f"{path}: {node.lineno}"
+            looked_up = (
+                isinstance(node, ast.Call)
+                and ast.unparse(node.func).endswith("which")
+                and any(isinstance(a, ast.Constant) and a.value == "git" for a in node.args)
+            )
+            argv = (
+                isinstance(node, ast.List | ast.Tuple)
+                and node.elts
+                and isinstance(node.elts[0], ast.Constant)
+                and node.elts[0].value == "git"
+            )
+            if looked_up or argv:
+                assert path.name in ("snapshots.py", "repos.py"), f"{path}: {node.lineno}"
 
 
 @pytest.fixture

@@ -1,0 +1,473 @@
+"""Snapshots at repository size (issue 26, "Size"), side by side with plain git on the same
+tree in the same run.
+
+Two trees:
+
+* **a real project**: the source distribution of a large project from the package index
+  (``pip download --no-deps --no-binary :all: Django==5.1.4``: 6,809 files), downloaded once
+  and kept in ``bench/results/sdist/`` (not in the repository);
+* **a generated tree**: 50,000 files of 10,000 bytes each, 500 MB (``--quick``: 5,000 files,
+  50 MB), in 20 top directories of 50 directories of 50 files; the bytes do not compress.
+
+Each is committed with plain git into an "origin" repository and cloned from it with plain git
+(``--no-local``: the objects arrive as a pack, as from a remote) into a worktree. Then:
+
+* **seed, then the first snapshot**: ``Snapshots.seed`` copies the clone's packs into the
+  shared store and its index into the session's git dir; the first ``track()`` after it,
+  against ``git status`` in the clone (the floor). Beside it, the first ``track()`` of the
+  same worktree with nothing seeded (every file hashed).
+* **a step's snapshot**: 100 steps, each changing one file (its last 100 bytes), each a
+  ``track()``: p50 and p99, against ``git status`` and plain ``git add -A && git write-tree``
+  in the clone after the same change. The store's growth over the 100 steps (``du`` of the
+  shared store) against the bytes of the files changed.
+* **revert / unrevert of 10 files**: ``compose`` + ``checkout`` (what ``revert_session`` does
+  to the files) and ``checkout`` back (unrevert), against the same in a 100-file worktree;
+  ``restore`` (which first takes a snapshot: a stat walk of the whole worktree) beside.
+* **fork**: the fork's worktree made from the tree (``materialize``, what a fork does today):
+  its time and the disk it adds, against the worktree's size.
+* **memory**: this process's RSS before and after each phase and its peak; the largest git
+  process's peak (``RUSAGE_CHILDREN``).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .stats import percentile, ratio
+
+HERE = Path(__file__).resolve().parent
+CACHE = HERE / "results" / "sdist"
+PROJECT = ("Django", "5.1.4")
+STEPS = 100
+
+
+# -- plain git, as a user runs it -------------------------------------------------------------
+def _plain_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_AUTHOR_NAME="bench",
+        GIT_AUTHOR_EMAIL="bench@example.invalid",
+        GIT_COMMITTER_NAME="bench",
+        GIT_COMMITTER_EMAIL="bench@example.invalid",
+        LC_ALL="C",
+    )
+    return env
+
+
+def git(cwd: Path, *args: str) -> str:
+    out = subprocess.run(["git", *args], cwd=cwd, env=_plain_env(), check=True, capture_output=True)
+    return out.stdout.decode("utf-8", "replace")
+
+
+def _ms(fn) -> float:  # noqa: ANN001
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1000.0
+
+
+def _median_ms(fn, repeat: int) -> float:  # noqa: ANN001
+    return statistics.median(_ms(fn) for _ in range(repeat))
+
+
+def du(path: Path) -> int:
+    """Bytes on disk under ``path`` (blocks, as ``du`` counts them), links not followed."""
+    total = 0
+    stack = [str(path)]
+    while stack:
+        for entry in os.scandir(stack.pop()):
+            st = entry.stat(follow_symlinks=False)
+            total += st.st_blocks * 512
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    return total
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    return float("nan")
+
+
+def peak_mib(who: int = resource.RUSAGE_SELF) -> float:
+    return resource.getrusage(who).ru_maxrss / 1024.0
+
+
+# -- the trees -----------------------------------------------------------------------------------
+def fetch_sdist() -> Path:
+    """The project's sdist, downloaded once with pip (the configured index) into the cache."""
+    name, version = PROJECT
+    CACHE.mkdir(parents=True, exist_ok=True)
+    found = sorted(CACHE.glob(f"{name}-{version}.tar.gz")) or sorted(
+        CACHE.glob(f"{name.lower()}-{version}.tar.gz")
+    )
+    if not found:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                f"{name}=={version}",
+                "-d",
+                str(CACHE),
+            ],
+            check=True,
+        )
+        found = sorted(CACHE.glob(f"{name}-{version}.tar.gz")) or sorted(
+            CACHE.glob(f"{name.lower()}-{version}.tar.gz")
+        )
+    return found[0]
+
+
+def unpack(archive: Path, into: Path) -> None:
+    with tarfile.open(archive) as tar:
+        tar.extractall(into, filter="data")
+    (top,) = list(into.iterdir())  # Django-5.1.4/
+    for child in top.iterdir():
+        child.rename(into / child.name)
+    top.rmdir()
+
+
+def generate(root: Path, files: int, size: int = 10_000) -> list[str]:
+    """``files`` files of ``size`` bytes that do not compress: 20 x 50 directories of 50."""
+    block = os.urandom(1 << 17)
+    names = []
+    for i in range(files):
+        rel = f"p{i // 2500:02d}/d{(i // 50) % 50:02d}/f{i:05d}.bin"
+        path = root / rel
+        if i % 50 == 0:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        offset = (i * 7919) % (len(block) - size)
+        path.write_bytes(b"%d\n" % i + block[offset : offset + size - 8])
+        names.append(rel)
+    return names
+
+
+def clone_of(tree: Path, where: Path) -> Path:
+    """``tree`` committed into an origin repository, then cloned with plain git (as from a
+    remote: the objects arrive in a pack) to ``where``."""
+    origin = where / "origin"
+    origin.mkdir(parents=True)
+    for child in tree.iterdir():
+        child.rename(origin / child.name)
+    git(origin, "init", "-q", "-b", "main")
+    git(origin, "config", "pack.window", "0")  # a quick pack (bytes that do not delta anyway)
+    git(origin, "config", "gc.auto", "0")  # no repack of the loose objects after the commit
+    git(origin, "add", "-A")
+    git(origin, "commit", "-q", "-m", "import")
+    clone = where / "clone"
+    git(where, "-c", "protocol.file.allow=always", "clone", "-q", "--no-local", "origin", "clone")
+    shutil.rmtree(origin)
+    return clone
+
+
+# -- the measures --------------------------------------------------------------------------------
+def measure_seed(label: str, clone: Path, work: Path, repeat: int) -> dict[str, Any]:
+    from sessions_app.snapshots import Snapshots
+
+    files = int(git(clone, "ls-files", "-z").count("\0"))
+    git(clone, "status", "--porcelain")  # warm
+    status_ms = _median_ms(lambda: git(clone, "status", "--porcelain"), repeat)
+    store = work / f"{label}-store"
+    snap = Snapshots(git_dir=work / f"{label}.git", worktree=clone, objects=store)
+    packs = sorted((clone / ".git" / "objects" / "pack").iterdir())
+    seed_ms = _ms(lambda: snap.seed(clone / ".git" / "index", packs))
+    first_ms = _ms(snap.track)
+    second_ms = _ms(snap.track)
+    assert snap.track() == git(clone, "rev-parse", "HEAD^{tree}").strip(), "seeded tree differs"
+    cold = Snapshots(git_dir=work / f"{label}-cold.git", worktree=clone, objects=store)
+    unseeded_ms = _ms(cold.track)
+    return {
+        "label": label,
+        "files": files,
+        "bytes": sum(
+            (clone / n).stat().st_size for n in git(clone, "ls-files", "-z").split("\0") if n
+        ),
+        "git_status_ms": status_ms,
+        "seed_ms": seed_ms,
+        "pack_bytes": sum(p.stat().st_size for p in packs),
+        "first_track_ms": first_ms,
+        "second_track_ms": second_ms,
+        "unseeded_first_track_ms": unseeded_ms,
+        "ratio_first_vs_status": ratio(first_ms, status_ms),
+        "snap": snap,
+    }
+
+
+def measure_steps(clone: Path, snap, names: list[str], steps: int) -> dict[str, Any]:  # noqa: ANN001
+    store = snap.objects
+    before = du(store)
+    rss_start = rss_mib()
+    rss_before = rss_start
+    times, changed_bytes = [], 0
+    for i in range(steps):
+        path = clone / names[(i * 37) % len(names)]
+        body = path.read_bytes()
+        path.write_bytes(body[:-100] + os.urandom(100))
+        changed_bytes += len(body)
+        times.append(_ms(snap.track))
+        if i == 9:
+            rss_before = rss_mib()  # after the first ten: what a worker that ran steps holds
+    growth = du(store) - before
+    # Plain git on the same tree after the same kind of change.
+    plain_status, plain_add = [], []
+    for i in range(min(steps, 20)):
+        path = clone / names[(i * 41) % len(names)]
+        path.write_bytes(path.read_bytes()[:-100] + os.urandom(100))
+        plain_status.append(_ms(lambda: git(clone, "status", "--porcelain")))
+        plain_add.append(_ms(lambda: (git(clone, "add", "-A"), git(clone, "write-tree"))))
+    snap.track()
+    return {
+        "steps": steps,
+        "p50_ms": percentile(times, 50),
+        "p99_ms": percentile(times, 99),
+        "max_ms": max(times),
+        "git_status_p50_ms": percentile(plain_status, 50),
+        "git_add_write_tree_p50_ms": percentile(plain_add, 50),
+        "store_growth_bytes": growth,
+        "changed_bytes": changed_bytes,
+        "growth_per_changed_byte": ratio(growth, changed_bytes),
+        "rss_start_mib": rss_start,
+        "rss_before_mib": rss_before,
+        "rss_after_mib": rss_mib(),
+    }
+
+
+def measure_revert(clone: Path, snap, names: list[str], repeat: int) -> dict[str, Any]:  # noqa: ANN001
+    """10 files changed by a step, then reverted and unreverted: the work on the files that
+    ``revert_session`` / ``unrevert_session`` do (the database part is the checkpoint
+    benchmark's)."""
+    changed = [names[(i * len(names)) // 10] for i in range(10)]
+    revert, unrevert, restore = [], [], []
+    for _ in range(repeat):
+        before = snap.track()
+        for name in changed:
+            path = clone / name
+            path.write_bytes(path.read_bytes() + b"changed\n")
+        after = snap.track()
+
+        start = time.perf_counter()
+        target = snap.compose(after, dict.fromkeys(changed, before))
+        snap.checkout(target, snap.patch(after, target))
+        revert.append((time.perf_counter() - start) * 1000)
+        start = time.perf_counter()
+        snap.checkout(after, snap.patch(target, after))
+        unrevert.append((time.perf_counter() - start) * 1000)
+        restore.append(_ms(lambda t=target: snap.restore(t)))
+        snap.restore(after)
+        assert snap.track() == after
+    return {
+        "files": len(names),
+        "revert_ms": statistics.median(revert),
+        "unrevert_ms": statistics.median(unrevert),
+        "restore_ms": statistics.median(restore),
+    }
+
+
+def measure_fork(clone: Path, snap, work: Path) -> dict[str, Any]:  # noqa: ANN001
+    from sessions_app.snapshots import Snapshots
+
+    tree = snap.track()
+    fork = Snapshots(git_dir=work / "fork.git", worktree=work / "fork-wt", objects=snap.objects)
+    start = time.perf_counter()
+    fork.materialize(tree)
+    fork_ms = (time.perf_counter() - start) * 1000
+    first_track_ms = _ms(fork.track)
+    added = du(work / "fork-wt") + du(work / "fork.git")
+    source = du(clone) - du(clone / ".git")
+    shutil.rmtree(work / "fork-wt")
+    shutil.rmtree(work / "fork.git")
+    return {
+        "fork_ms": fork_ms,
+        "fork_first_track_ms": first_track_ms,
+        "added_bytes": added,
+        "worktree_bytes": source,
+        "added_share": ratio(added, source),
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    import django
+
+    django.setup()
+    from sessions_app.snapshots import Snapshots
+
+    files = 5_000 if quick else 50_000
+    repeat = 3 if quick else 5
+    out: dict[str, Any] = {"quick": quick, "phases": []}
+    rss0 = rss_mib()
+    with tempfile.TemporaryDirectory(prefix="bench-repo-") as tmp:
+        work = Path(tmp)
+
+        def phase(name: str) -> None:
+            out["phases"].append({"phase": name, "rss_mib": rss_mib(), "peak_mib": peak_mib()})
+
+        # (a) the real project
+        src = work / "project-src"
+        src.mkdir()
+        unpack(fetch_sdist(), src)
+        project = clone_of(src, work / "project")
+        out["project"] = measure_seed(f"{PROJECT[0]}-{PROJECT[1]}", project, work, repeat)
+        out["project"].pop("snap")
+        phase("project seeded and snapshotted")
+        shutil.rmtree(work / "project")
+
+        # (b) the generated tree
+        gen = work / "gen-src"
+        gen.mkdir()
+        names = generate(gen, files)
+        clone = clone_of(gen, work / "gen")
+        seeded = measure_seed(f"generated-{files}", clone, work, repeat)
+        snap = seeded.pop("snap")
+        out["generated"] = seeded
+        phase("generated tree seeded and snapshotted")
+        out["steps"] = measure_steps(clone, snap, names, STEPS)
+        phase(f"{STEPS} steps")
+        out["revert_large"] = measure_revert(clone, snap, names, repeat)
+        phase("revert/unrevert")
+        small_tree = work / "small"
+        small_names = generate(small_tree, 100)
+        small = Snapshots(git_dir=work / "small.git", worktree=small_tree, objects=snap.objects)
+        small.track()
+        out["revert_small"] = measure_revert(small_tree, small, small_names, repeat)
+        out["fork"] = measure_fork(clone, snap, work)
+        phase("fork")
+    out["rss_start_mib"] = rss0
+    out["rss_end_mib"] = rss_mib()
+    out["peak_mib"] = peak_mib()
+    out["git_peak_mib"] = peak_mib(resource.RUSAGE_CHILDREN)
+    return out
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT MET"
+
+
+def report(r: dict[str, Any]) -> str:
+    from .__main__ import _f, _table
+
+    rows = []
+    for key in ("project", "generated"):
+        s = r[key]
+        rows.append(
+            [
+                f"{s['label']} ({s['files']:,} files, {s['bytes'] / 2**20:,.0f} MiB)",
+                _f(s["git_status_ms"]),
+                f"{_f(s['seed_ms'])} ({s['pack_bytes'] / 2**20:,.0f} MiB of packs)",
+                _f(s["first_track_ms"]),
+                f"{_f(s['ratio_first_vs_status'], 2)}x",
+                _f(s["unseeded_first_track_ms"]),
+                _verdict(s["ratio_first_vs_status"] <= 2.0),
+            ]
+        )
+    t1 = _table(
+        "First snapshot after a clone: seed (the clone's packs and index) then track(), vs "
+        "`git status` in the clone",
+        [
+            "",
+            "git status ms",
+            "seed ms",
+            "first track ms",
+            "ratio",
+            "not seeded ms",
+            "<= 2x",
+        ],
+        rows,
+        "not seeded: the first track() of the same worktree with an empty index (every file "
+        "hashed), the cost before seed()",
+    )
+    st, gen = r["steps"], r["generated"]
+    t2 = _table(
+        f"A step's snapshot at {gen['files']:,} files ({st['steps']} steps, one file changed each)",
+        ["", "p50 ms", "p99 ms", "target", ""],
+        [
+            [
+                "track()",
+                _f(st["p50_ms"]),
+                _f(st["p99_ms"]),
+                "p50 <= 100, p99 <= 300",
+                _verdict(st["p50_ms"] <= 100 and st["p99_ms"] <= 300),
+            ],
+            ["plain git status (same tree)", _f(st["git_status_p50_ms"]), "-", "", ""],
+            [
+                "plain git add -A && git write-tree",
+                _f(st["git_add_write_tree_p50_ms"]),
+                "-",
+                "",
+                "",
+            ],
+        ],
+        f"track() / git status: {_f(ratio(st['p50_ms'], st['git_status_p50_ms']), 2)}x; "
+        f"/ git add+write-tree: {_f(ratio(st['p50_ms'], st['git_add_write_tree_p50_ms']), 2)}x",
+    )
+    growth_ok = st["growth_per_changed_byte"] <= 5.0
+    t3 = (
+        f"Store growth over {st['steps']} steps: {st['store_growth_bytes'] / 1024:,.0f} KiB for "
+        f"{st['changed_bytes'] / 1024:,.0f} KiB of changed files "
+        f"({_f(st['growth_per_changed_byte'], 2)}x: new blobs, the trees on their paths, 4 KiB "
+        f"blocks; the tree is {gen['bytes'] / 2**20:,.0f} MiB) -- "
+        f"{_verdict(growth_ok)} (target: about the changed bytes, <= 5x)"
+    )
+    a, b = r["revert_small"], r["revert_large"]
+    rev_rows = [
+        [
+            what,
+            _f(a[key]),
+            _f(b[key]),
+            f"{_f(ratio(b[key], a[key]), 2)}x",
+            _verdict(ratio(b[key], a[key]) <= 1.5) if target else "(info)",
+        ]
+        for what, key, target in (
+            ("revert (compose + checkout)", "revert_ms", True),
+            ("unrevert (checkout back)", "unrevert_ms", True),
+            ("restore() (track's stat walk + checkout)", "restore_ms", False),
+        )
+    ]
+    t4 = _table(
+        "Revert / unrevert of 10 files (median ms)",
+        ["", f"{a['files']:,} files", f"{b['files']:,} files", "ratio", "<= 1.5x"],
+        rev_rows,
+    )
+    f = r["fork"]
+    t5 = _table(
+        "Fork of the generated worktree (its files checked out from the tree, as fork does)",
+        ["", "value", "target", ""],
+        [
+            ["fork ms (materialize)", _f(f["fork_ms"]), "<= 1000", _verdict(f["fork_ms"] <= 1000)],
+            ["the fork's first track() ms", _f(f["fork_first_track_ms"]), "", ""],
+            [
+                "disk added MiB (worktree + git dir)",
+                f"{f['added_bytes'] / 2**20:,.1f} of {f['worktree_bytes'] / 2**20:,.0f} "
+                f"({_f(100 * f['added_share'], 1)}%)",
+                "<= 5%",
+                _verdict(f["added_share"] <= 0.05),
+            ],
+        ],
+    )
+    phases = "; ".join(f"{p['phase']}: {_f(p['rss_mib'], 0)}" for p in r["phases"])
+    t6 = (
+        f"Memory (this process, RSS MiB): start {_f(r['rss_start_mib'], 0)}; {phases}; "
+        f"steps: before {_f(st['rss_start_mib'], 1)}, after 10 {_f(st['rss_before_mib'], 1)}, "
+        f"after {st['steps']} {_f(st['rss_after_mib'], 1)}; peak {_f(r['peak_mib'], 0)}; the "
+        f"largest child process's peak {_f(r['git_peak_mib'], 0)} (the bench's own plain git "
+        f"clone among them) -- {_verdict(st['rss_after_mib'] - st['rss_before_mib'] <= 2)} "
+        "(flat from step 10 to the last: within 2 MiB)"
+    )
+    return "\n\n".join([t1, t2, t3, t4, t5, t6])
