@@ -16,11 +16,14 @@ from runs_app import lifecycle, runtime  # noqa: E402
 
 refuse_root("web", embedded=runtime.embedded())
 
+from config.body_limit import BodyLimit, daphne_parses_no_forms  # noqa: E402
 from sessions_app.ws_origin import SameOriginValidator  # noqa: E402
+
+daphne_parses_no_forms()
 
 _router = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimit(django_asgi_app),
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

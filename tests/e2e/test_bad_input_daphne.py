@@ -33,6 +33,7 @@ def test_bad_input_through_daphne_answers_json_4xx(procs, tmp_path):
         DATABASE_URL=services_database_url(),
         REDIS_URL=settings.REDIS_URL,
         WORKSPACE_ROOT=str(tmp_path / "ws"),
+        REPO_MAX_BYTES="100000",
     )
     token = Token.objects.create(user=User.objects.create_user("alice", password="pw"))
     host = procs.daphne(env, tmp_path)
@@ -46,6 +47,20 @@ def test_bad_input_through_daphne_answers_json_4xx(procs, tmp_path):
     try:
         with httpx.Client(base_url=f"http://{host}", headers=headers, timeout=60) as http:
             sid = http.post("/api/sessions/", json={"title": "bad"}).json()["id"]
+            # Bodies past their path's bound are refused in front of Django (413), declared
+            # or streamed, before Django spools them (config/body_limit.py).
+            upload = {"Content-Type": "multipart/form-data; boundary=x"}
+            error = _error(http.post("/api/sessions/upload/", content=big, headers=upload), 413)
+            assert error["type"] == "PayloadTooLarge"
+            ten = b"{" + b" " * (10 * 1024 * 1024) + b"}"
+            _error(http.post("/api/sessions/", content=ten), 413)
+            _error(
+                http.post(
+                    "/api/sessions/",
+                    content=(ten[i : i + 65536] for i in range(0, len(ten), 65536)),
+                ),
+                413,
+            )
             runs = f"/api/sessions/{sid}/runs/"
             error = _error(http.post(runs, content=big), 400)
             assert error["type"] == "ValidationError" and "limit" in error["message"]
