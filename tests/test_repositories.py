@@ -510,3 +510,27 @@ def test_files_the_snapshots_do_not_keep_are_listed_and_a_revert_leaves_them_alo
     assert (worktree / "big.bin").read_bytes() == b"x" * 500  # left alone
     assert (worktree / "build" / "out.o").exists()
     assert not (worktree / "small.txt").exists()
+
+
+def test_a_fork_of_a_cloned_session_pushes_to_the_same_origin(api, server, outsider_api):
+    url = server.make_repo("forked", FILES, extra_commits=1)
+    session = _clone(api, url)
+    run_turn(api, session["id"], "write mine.txt one")
+    fork = api.post(f"/api/sessions/{session['id']}/fork/", {}, format="json").json()
+    assert fork["source"]["url"] == url and fork["source"]["commit"] == session["source"]["commit"]
+    run_turn(api, fork["id"], "write forked.txt two")
+    pushed = _push(api, fork["id"], server, branch="agent/from-fork")
+    assert pushed.status_code == 200, pushed.json()
+    assert server.read_tree("forked", "agent/from-fork") == {
+        **_bytes(FILES),
+        "mine.txt": b"one",
+        "forked.txt": b"two",
+    }
+    # Another user's fork (through a share) keeps the origin, never the owner's credential.
+    Session.objects.filter(id=session["id"]).update(
+        source={**Session.objects.get(id=session["id"]).source, "credential_id": "crd_x"}
+    )
+    token = api.post(f"/api/sessions/{session['id']}/share/").json()["token"]
+    theirs = outsider_api.post(f"/api/shared/{token}/fork/", {}, format="json").json()
+    row = Session.objects.get(id=theirs["id"])
+    assert row.source["url"] == url and "credential_id" not in row.source

@@ -267,6 +267,13 @@ def copy_path(
         checkpoint=source.checkpoint,
         forked_from_session=source,
         forked_from_message_id=leaf,
+        # Where the files first came from goes along (a fork of a clone can push to its
+        # origin); another user's fork never gets the source owner's credential.
+        source={
+            k: v
+            for k, v in (source.source or {}).items()
+            if k != "credential_id" or source.owner_id == user.pk
+        },
     )
     now_ms = int(time.time() * 1000)
     snap = snapshots.for_session(fork)
@@ -287,6 +294,10 @@ def copy_path(
             )
             # The files last, still inside the transaction: if git fails, no rows remain.
             snap.adopt_objects_of(snapshots.for_session(source))
+            shallow = source.snapshot_dir / "shallow"  # a shallow clone's boundary (push)
+            if shallow.is_file():
+                snap.ensure()
+                shutil.copyfile(shallow, snap.git_dir / "shallow")
             if tree:
                 snap.materialize(tree)
                 start = (
