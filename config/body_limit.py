@@ -19,6 +19,11 @@ from typing import Any
 
 from django.conf import settings
 
+try:
+    from daphne.http_protocol import WebRequest
+except ImportError:  # served by another ASGI server
+    WebRequest = None
+
 FRAMING = 1024 * 1024  # multipart boundaries and headers, form fields beside the files
 
 Scope = dict[str, Any]
@@ -100,11 +105,7 @@ def daphne_parses_no_forms() -> None:
     upload's every byte, twice, in the web process, and a bare ``400`` for a body it cannot
     parse. Daphne never uses ``args`` (Django parses the body it is sent), so its requests
     are made without that parse (Twisted's own switch, ``parsePOSTFormSubmission``)."""
-    try:
-        from daphne.http_protocol import WebRequest
-    except ImportError:  # another ASGI server
-        return
-    if getattr(WebRequest, "_forms_unparsed", False):
+    if WebRequest is None or getattr(WebRequest, "_forms_unparsed", False):
         return
     made = WebRequest.__init__
 

@@ -769,7 +769,7 @@ function revertButton(messageId, partId) {
   b.title = "Revert the conversation and the files to this point";
   b.setAttribute("aria-label", partId ? "Revert to this tool call" : "Revert to here");
   b.addEventListener("click", () => doRevert(messageId, partId));
-  return withRewindModes(b, (mode) => doRevert(messageId, partId, mode));
+  return withRewindModes(b, (mode) => doRevert(messageId, partId, mode), `${messageId}:${partId || ""}`);
 }
 
 function textOf(m) {

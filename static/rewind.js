@@ -30,8 +30,10 @@ document.addEventListener("keydown", (e) => {
   toggle.focus();
 });
 
-// ``revert``: the existing ↺ button (mode both); ``pick(mode)`` does the revert.
-export function withRewindModes(revert, pick) {
+// ``revert``: the existing ↺ button (mode both); ``pick(mode)`` does the revert; ``key``
+// names the point, so a menu that is open when the message's bar is drawn again (a run's
+// end, a refetch) stays open in the new bar instead of vanishing under the pointer.
+export function withRewindModes(revert, pick, key = "") {
   const box = el("span", "rewind");
   const toggle = el("button", "act rewind-toggle", "▾");
   toggle.type = "button";
@@ -58,7 +60,7 @@ export function withRewindModes(revert, pick) {
     if (shown) return;
     menu.hidden = false;
     toggle.setAttribute("aria-expanded", "true");
-    openMenu = { box, menu, toggle };
+    openMenu = { box, menu, toggle, key };
     menu.querySelector("button").focus();
   });
   menu.addEventListener("keydown", (e) => {
@@ -69,6 +71,11 @@ export function withRewindModes(revert, pick) {
     items[(at + (e.key === "ArrowDown" ? 1 : items.length - 1)) % items.length].focus();
   });
   box.append(revert, toggle, menu);
+  if (key && openMenu && openMenu.key === key) {
+    menu.hidden = false;
+    toggle.setAttribute("aria-expanded", "true");
+    openMenu = { box, menu, toggle, key };
+  }
   return box;
 }
 

@@ -154,7 +154,9 @@ def test_a_takeover_waits_for_a_fenced_write_in_flight(owner):
                 fenced.set()
                 release.wait(5)
                 Message.objects.create(session_id=run.session_id, run_id=run.id, role="assistant")
-            committed_at[0] = time.monotonic()
+                # The last moment before the commit: ``begin`` cannot pass it. (Read after the
+                # block, the clock could come after a ``begin`` the commit let through.)
+                committed_at[0] = time.monotonic()
         finally:
             connection.close()
 

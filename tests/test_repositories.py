@@ -534,3 +534,23 @@ def test_a_fork_of_a_cloned_session_pushes_to_the_same_origin(api, server, outsi
     theirs = outsider_api.post(f"/api/shared/{token}/fork/", {}, format="json").json()
     row = Session.objects.get(id=theirs["id"])
     assert row.source["url"] == url and "credential_id" not in row.source
+
+
+def test_a_credential_deleted_before_the_clone_runs_fails_it_with_a_sentence(
+    api, server, monkeypatch
+):
+    url = server.make_repo("gone", FILES, private=True)
+    credential = api.post(
+        "/api/credentials/",
+        {"name": "t", "host": "127.0.0.1", "kind": "token", "secret": server.token},
+        format="json",
+    ).json()
+    original = repositories.prepare
+
+    def later(session_id: str, job: str) -> None:
+        Credential.objects.filter(id=credential["id"]).delete()
+        original(session_id, job)
+
+    monkeypatch.setattr(repositories, "prepare", later)
+    session = _clone(api, url, credential_id=credential["id"])
+    assert session["source"]["error"] == "No such credential."

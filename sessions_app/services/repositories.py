@@ -209,7 +209,10 @@ def prepare(session_id: str, job: str) -> None:
         _finish(session_id, job, tree_dir, source, text, seed=True)
     except repos.RepoCancelled:
         failure = None
-    except (repos.RepoError, InvalidInput, NotFoundError) as exc:
+    except NotFoundError as exc:
+        # The session went (deleted: a cancel; nothing to say) or the credential did.
+        failure = exc.message if _held(session_id, job) else None
+    except (repos.RepoError, InvalidInput) as exc:
         failure = str(getattr(exc, "message", exc))
     except Exception:
         log.exception("session %s: the clone failed", session_id)
@@ -397,7 +400,10 @@ def _fail(session_id: str, job: str, sentence: str) -> None:
     """The clone did not happen: the session is idle with an empty worktree and
     ``source.error``; only while ``job`` still holds it."""
     with transaction.atomic():
-        locked = lock.lock_session(session_id)
+        try:
+            locked = lock.lock_session(session_id)
+        except NotFoundError:
+            return  # deleted meanwhile (a cancel): nothing to record
         if locked.busy_run_id != job:
             return
         shutil.rmtree(locked.worktree, ignore_errors=True)
