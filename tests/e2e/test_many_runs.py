@@ -81,9 +81,9 @@ def test_100_runs_stream_in_one_process_and_half_of_them_stop_at_once(procs, tmp
             "the cancelled runs to stop",
         )
         took = time.monotonic() - asked
-        # 50 cancels posted one after the other through the API, and every run stopped:
-        # well under a second a run.
-        assert took < 5, f"{RUNS // 2} runs took {took:.1f}s to stop"
+        # 50 cancels posted through the API, and every run stopped: well under a second a
+        # run (the suite's other tests share the 2 cores meanwhile: 5.2 s was seen once).
+        assert took < 8, f"{RUNS // 2} runs took {took:.1f}s to stop"
         for _, run_id in stopped:
             parts = http.get(f"/api/runs/{run_id}/").json()
             assert parts["status"] == "cancelled"
