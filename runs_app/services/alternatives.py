@@ -21,6 +21,7 @@ from quotas_app import services as quotas
 from quotas_app.limits import effective
 from sessions_app import events, ids, snapshots
 from sessions_app.errors import ConflictError, InvalidInput, NotFoundError, QuotaExceeded
+from sessions_app.ids import message_id
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, files_at, session_data
 from sessions_app.services import lock
@@ -196,40 +197,44 @@ def _copy_branch(locked: Session, fork: Session, point: str | None, new: list[Me
         run.branch = None
         run.task_id = ""
         run.save(force_insert=True)
+    # Two inserts whatever the branch's length: the messages (ids made here, in order, so
+    # each names its parent), then every part.
     parent, now = point, timezone.now()
+    copies: list[Message] = []
     for message in new:
-        copy = Message.objects.create(
-            session=locked,
-            parent_id=parent,
-            role=message.role,
-            run_id=runs.get(message.run_id or "", None),
-            created_at=message.created_at,
-            completed_at=message.completed_at or now,
-            error=message.error,
-            model=message.model,
-            tokens=message.tokens,
-            structured=message.structured,
-        )
-        Part.objects.bulk_create(
-            Part(
-                message=copy,
+        copies.append(
+            Message(
+                id=message_id(),
                 session=locked,
-                order=p.order,
-                type=p.type,
-                text=p.text,
-                call_id=p.call_id,
-                tool=p.tool,
-                state=p.state,
-                data={
-                    **(p.data or {}),
-                    "adopted_from": {
-                        "session_id": fork.id,
-                        "message_id": message.id,
-                        "part_id": p.id,
-                    },
-                },
+                parent_id=parent,
+                role=message.role,
+                run_id=runs.get(message.run_id or "", None),
+                created_at=message.created_at,
+                completed_at=message.completed_at or now,
+                error=message.error,
+                model=message.model,
+                tokens=message.tokens,
+                structured=message.structured,
             )
-            for p in message.loaded_parts
         )
-        parent = copy.id
+        parent = copies[-1].id
+    Message.objects.bulk_create(copies)
+    Part.objects.bulk_create(
+        Part(
+            message=copy,
+            session=locked,
+            order=p.order,
+            type=p.type,
+            text=p.text,
+            call_id=p.call_id,
+            tool=p.tool,
+            state=p.state,
+            data={
+                **(p.data or {}),
+                "adopted_from": {"session_id": fork.id, "message_id": m.id, "part_id": p.id},
+            },
+        )
+        for m, copy in zip(new, copies, strict=True)
+        for p in m.loaded_parts
+    )
     return parent
