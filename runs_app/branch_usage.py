@@ -25,7 +25,10 @@ session's size.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+
+from django.db.models import F, Q
 
 from sessions_app.models import Message, Session
 
@@ -99,6 +102,25 @@ def branch_usage(session: Session) -> dict[str, Any]:
         "branches": branches,
         "truncated": len(leaves) > BRANCHES_MAX,
     }
+
+
+def inherited_of(session_ids: Iterable[str]) -> dict[str, Usage]:
+    """Each session's ``inherited`` (as ``branch_usage`` counts it) for a bounded list of
+    sessions, in one query: the calls of the assistant messages whose run is a copy (an
+    origin named, or a time from before the session was made). Sessions with none are left
+    out."""
+    ids = list(session_ids)
+    copied = Run.objects.filter(session_id__in=ids).filter(
+        Q(forked_from_session_id__isnull=False) | Q(created_at__lt=F("session__created_at"))
+    )
+    rows = Message.objects.filter(
+        session_id__in=ids, role=Message.Role.ASSISTANT, run_id__in=copied.values("id")
+    ).values_list("session_id", "tokens")
+    out: dict[str, Usage] = {}
+    for sid, tokens in rows:
+        if tokens:
+            out[sid] = add(out.get(sid, zero()), {**tokens, "calls": 1})
+    return out
 
 
 def _path_total(

@@ -30,6 +30,7 @@ from quotas_app import charts
 from quotas_app import dashboard as usage
 from sessions_app.models import Session
 
+from .branch_usage import inherited_of
 from .models import Run
 
 LIMIT = 20  # rows of each list
@@ -209,17 +210,23 @@ def daily_charts(days: usage.Daily, stack: str) -> list[charts.Chart]:
 
 def top_sessions(calls: QuerySet) -> list[dict[str, Any]]:
     """The costliest sessions of the range with their titles (one query for them all; a
-    deleted session keeps its spending, without a link)."""
+    deleted session keeps its spending, without a link). Their own calls (the ledger's: a
+    fork's copied history is never a row there) and, apart, what a fork's history cost in
+    the session it came from (SEMANTICS 14.6: shown, never added to a total; one query)."""
     rows = usage.top_sessions(calls, LIMIT)
-    titles = dict(
-        Session.objects.filter(id__in=[row["session_id"] for row in rows]).values_list(
-            "id", "title"
-        )
-    )
+    ids = [row["session_id"] for row in rows]
+    titles = dict(Session.objects.filter(id__in=ids).values_list("id", "title"))
+    inherited = inherited_of(ids)
     shown = []
     for row in rows:
         line = formatted(row)
         sid = row["session_id"]
+        if sid in inherited:
+            spent = inherited[sid]
+            line["inherited_text"] = (
+                f"{dollars(spent['cost_usd'])} · {tokens(spent['calls'])} calls · "
+                f"{tokens(spent['input_tokens'] + spent['output_tokens'])} tokens"
+            )
         line["exists"] = sid in titles
         line["title"] = titles.get(sid) or ("(untitled)" if sid in titles else "(deleted)")
         line["url"] = reverse("admin:sessions_app_session_change", args=[sid])

@@ -4,12 +4,14 @@
 // ("Compare with…") and from the branch switcher ‹ n/m ›. A modal <dialog>: Escape closes it.
 //
 // On a message whose parent has several children, the current branch (the head) is compared
-// with another branch's newest leaf; on any other message, that point with the head.
+// with another branch's newest leaf; on any other message, that point with the head. From the
+// lineage panel, a fork, an alternative or the session this one was forked from is compared
+// with this one (`other`: both heads, from the fork point).
 import { ctx, el } from "./panels.js";
 
 let dialog = null;
-let shown = null; // {a, b} of what the dialog shows
-let options = []; // [{label, a, b, names: [A's, B's]}] of the open dialog
+let shown = null; // {a, b, other} of what the dialog shows
+let options = []; // [{label, a, b, other?, names: [A's, B's]}] of the open dialog
 let mode = "unified"; // how a file's diff is drawn: "unified" | "split"
 
 export function compareButton(m, cls = "act compare-with") {
@@ -96,6 +98,34 @@ async function choices(m) {
   return out;
 }
 
+function query({ a, b, other }) {
+  const q = new URLSearchParams();
+  if (a) q.set("a", a);
+  if (b) q.set("b", b);
+  if (other) q.set("other", other);
+  return q.toString();
+}
+
+// The lineage panel asks for a session compared with this one (an event: panels.js draws the
+// panel and does not import this module).
+document.addEventListener("compare-session", (e) => openCompareWith(e.detail));
+
+export async function openCompareWith(s) {
+  const d = ensureDialog();
+  const title = s.title || s.id;
+  const kind = s.lineage_kind === "alternative" ? "alternative" : "session";
+  options = [{ label: title, a: null, b: null, other: s.id,
+    names: ["this session", `${kind} “${title.length > 40 ? title.slice(0, 39) + "…" : title}”`] }];
+  d.querySelector("#compare-other").replaceChildren();
+  d.querySelector(".compare-pick").hidden = true;
+  d.querySelector(".compare-sides").replaceChildren(el("p", "muted", "Loading…"));
+  d.querySelector(".compare-files").replaceChildren();
+  d.querySelector(".compare-diff").replaceChildren();
+  d.querySelector(".compare-base").textContent = "";
+  if (!d.open) d.showModal();
+  await load(options[0]);
+}
+
 export async function openCompare(m) {
   const d = ensureDialog();
   d.querySelector(".compare-sides").replaceChildren(el("p", "muted", "Loading…"));
@@ -124,20 +154,21 @@ export async function openCompare(m) {
   await load(options[0]);
 }
 
-async function load({ a, b, names }) {
+async function load({ a, b, other, names }) {
   const d = ensureDialog();
-  const query = `a=${encodeURIComponent(a)}${b ? `&b=${encodeURIComponent(b)}` : ""}`;
   let data;
   try {
-    data = await ctx.call("GET", ctx.api(`/compare/?${query}`));
+    data = await ctx.call("GET", ctx.api(`/compare/?${query({ a, b, other })}`));
   } catch (err) {
     d.querySelector(".compare-sides").replaceChildren(el("p", "error", err.message));
     return;
   }
-  shown = { a, b };
+  shown = { a, b, other };
   d.querySelector(".compare-base").textContent = data.base
-    ? "From their common ancestor: both sides share every message up to it."
-    : "The two sides share no message (an edited first prompt).";
+    ? (other ? "From the fork point: both sessions share every message up to it."
+      : "From their common ancestor: both sides share every message up to it.")
+    : (other ? "The two sessions share no message: compared from their start."
+      : "The two sides share no message (an edited first prompt).");
   d.querySelector(".compare-sides").replaceChildren(
     side("A", data.a, names[0]),
     side("B", data.b, names[1]),
@@ -198,15 +229,13 @@ function renderFiles(data) {
 
 async function showFile(path) {
   const d = ensureDialog();
-  const { a, b } = shown;
-  const query = `a=${encodeURIComponent(a)}${b ? `&b=${encodeURIComponent(b)}` : ""}&file=${encodeURIComponent(path)}`;
   const box = d.querySelector(".compare-diff");
   for (const item of d.querySelectorAll(".compare-file-list .file-link")) {
     item.setAttribute("aria-current", item.dataset.path === path ? "true" : "false");
   }
   let data;
   try {
-    data = await ctx.call("GET", ctx.api(`/compare/?${query}`));
+    data = await ctx.call("GET", ctx.api(`/compare/?${query(shown)}&file=${encodeURIComponent(path)}`));
   } catch (err) {
     box.replaceChildren(el("p", "error", err.message));
     return;

@@ -6,6 +6,17 @@ import { addBlame } from "./blame.js";
 
 export const ctx = { api: (path) => path, call: async () => null, showError: () => {} };
 
+export function when(iso) {
+  // The one time format of the chat (the budget line, a refusal, a share's pin): the
+  // browser's locale, with the zone named; the date only when it is not today.
+  const at = new Date(iso);
+  const today = at.toDateString() === new Date().toDateString();
+  return at.toLocaleString(undefined, {
+    ...(today ? {} : { year: "numeric", month: "short", day: "numeric" }),
+    hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short",
+  });
+}
+
 export function el(tag, cls, text) {
   const e = document.createElement(tag);
   if (cls) e.className = cls;
@@ -88,6 +99,13 @@ export async function loadChanges() {
       el("code", "", d.file), el("span", "muted", ` ${d.status} +${d.additions} −${d.deletions}`));
   }));
   if (!list.length) ul.replaceChildren(el("li", "muted empty", "No changes yet."));
+  // An open diff follows the changes: it closes when its file has no change any more (a
+  // revert, an edit or a branch switch took it away), and shows the file's diff as it is now.
+  const shown = viewer("diff-view");
+  if (shown.box.hidden) return;
+  const file = shown.name.textContent;
+  if (list.some((d) => d.file === file)) showDiff(file);
+  else shown.box.hidden = true;
 }
 
 async function showDiff(file) {
@@ -143,8 +161,9 @@ export async function loadLineage() {
   const cost = usageBlock(usage);
   const chain = [...data.ancestors, data.session];
   const forks = data.forks;
+  const origin = originLine(data.origin);
   if (chain.length === 1 && !forks.length) {
-    box.replaceChildren(...[cost, el("p", "muted", "Not forked yet. “Fork from here” on a message, or Fork session in the menu.")].filter(Boolean));
+    box.replaceChildren(...[cost, origin || el("p", "muted", "Not forked yet. “Fork from here” on a message, or Fork session in the menu.")].filter(Boolean));
     return;
   }
   // Top to bottom, at the panel's own scale (never squeezed or cut): the chain of parents,
@@ -191,7 +210,40 @@ export async function loadLineage() {
     edge(`M12 ${top + H + 1} V${y + H / 2 + 1} H${INDENT + 1}`);
     node(s, INDENT, y, false);
   });
-  box.replaceChildren(...[cost, svg].filter(Boolean));
+  box.replaceChildren(...[cost, origin, svg, compareList([...data.ancestors, ...forks])].filter(Boolean));
+}
+
+function originLine(origin) {
+  // A fork whose source is not the reader's to open (a share, the admin's fork, a deleted
+  // session) says where it came from, as it was when forked.
+  if (!origin) return null;
+  const title = origin.title ? `“${origin.title}”` : "a session";
+  const owner = origin.owner ? ` (${origin.owner}’s)` : "";
+  const text = origin.kind === "share" ? `Forked from a shared session: ${title}${owner}.`
+    : origin.kind === "admin" ? `An admin fork of ${title}${owner}.`
+    : `Forked from ${title}${owner}, which you cannot open.`;
+  const p = el("p", "lineage-origin", text);
+  p.id = "lineage-origin";
+  return p;
+}
+
+function compareList(others) {
+  // "Compare" for each session of the lineage the caller owns: with this one, from the fork
+  // point (compare.js opens it; an event, so this module does not import that one).
+  if (!others.length) return null;
+  const list = el("ul", "lineage-compare");
+  list.setAttribute("aria-label", "Compare this session with");
+  for (const s of others) {
+    const b = el("button", "small secondary", "Compare");
+    b.type = "button";
+    b.setAttribute("aria-label", `Compare this session with “${s.title || s.id}”`);
+    b.dataset.sessionId = s.id;
+    b.addEventListener("click", () => document.dispatchEvent(new CustomEvent("compare-session", { detail: s })));
+    const li = el("li", "", "");
+    li.append(b, " ", el("span", "", s.title || s.id));
+    list.append(li);
+  }
+  return list;
 }
 
 // -- the share box ------------------------------------------------------------------------
@@ -205,9 +257,8 @@ function showShare(link) {
     return;
   }
   document.getElementById("share-url").value = new URL(link.url, location.origin).href;
-  const when = new Date(link.pinned_at);
   document.getElementById("share-pinned").textContent =
-    `Pinned ${when.toLocaleString()}: the messages and files as they were then.`;
+    `Pinned ${when(link.pinned_at)}: the messages and files as they were then.`;
   button.textContent = "Update the link to now";
   box.hidden = false;
 }

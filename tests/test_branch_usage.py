@@ -8,13 +8,15 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.test import Client
 
 from quotas_app import dashboard
 from quotas_app.models import UsageRecord
+from runs_app import dashboard as admin_dashboard
 from runs_app.branch_usage import add, zero
 from runs_app.models import Run
 from sessions_app.models import Message
-from tests.conftest import new_session, run_turn
+from tests.conftest import all_queries, new_session, run_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -168,3 +170,39 @@ def test_a_new_session_has_zero_everywhere(api, sid):
         "branches": [],
         "truncated": False,
     }
+
+
+def test_the_admin_dashboard_shows_a_forks_own_and_inherited_cost_apart(api, owner, branched):
+    sid, first, second, _ = branched
+    leaf_a = Message.objects.filter(run_id=second).order_by("-id").first().id
+    fork = api.post(f"/api/sessions/{sid}/fork/", {"message_id": leaf_a}, format="json").json()
+    mine = run_turn(api, fork["id"], "say in the fork")
+    got = usage(api, fork["id"])
+
+    now = datetime.now(UTC)
+    calls = dashboard.usage_in(
+        start=now - timedelta(days=1), end=now + timedelta(days=1), user_id=owner.pk, group_id=None
+    )
+    with all_queries() as listed:
+        rows = {row["session_id"]: row for row in admin_dashboard.top_sessions(calls)}
+    assert len(listed) == 3, "the ledger, the titles, the inherited: one query each"
+    # The fork's row: its own calls from the ledger; its history's cost apart.
+    assert rows[fork["id"]]["calls"] == got["own"]["calls"] == calls_of([mine["id"]])["calls"]
+    inherited = got["inherited"]
+    assert inherited == calls_of([first, second])
+    assert rows[fork["id"]]["inherited_text"] == (
+        f"${inherited['cost_usd']:,.4f} · {inherited['calls']} calls · "
+        f"{inherited['input_tokens'] + inherited['output_tokens']:,} tokens"
+    )
+    assert "inherited_text" not in rows[sid], "the source inherited nothing"
+
+    # The page, as the owner (staff) sees it.
+    owner.is_staff = True
+    owner.save()
+    client = Client()
+    client.force_login(owner)
+    page = client.get("/admin/usage/").content.decode()
+    assert rows[fork["id"]]["inherited_text"].replace("·", "&middot;") in page or (
+        rows[fork["id"]]["inherited_text"] in page
+    )
+    assert "counted in no total" in page

@@ -174,8 +174,8 @@ def test_another_sessions_message_is_not_found(api, sid):
 @pytest.mark.parametrize(
     ("query", "message"),
     [
-        ({}, "a: This field is required."),
-        ({"a": ""}, "a: This field may not be blank."),
+        ({}, "a: give a message of the session (or `other`: another session)."),
+        ({"a": ""}, "a: give a message of the session (or `other`: another session)."),
         ({"a": "m" * 65}, "a: Ensure this field has no more than 64 characters."),
         ({"a": "{head}", "file": ""}, "file must be a path in the worktree."),
         ({"a": "{head}", "file": "../etc/passwd"}, None),
@@ -228,10 +228,121 @@ def test_the_answer_is_the_declared_shape(api, sid):
     _first, _base, leaf_a, _leaf_b = two_branches(api, sid)
     data = compare(api, sid, a=leaf_a).json()
     assert set(data) == set(shapes.CompareOut().fields)
-    assert set(data["a"]) == set(data["b"]) == set(shapes.CompareSideOut().fields)
+    across = {"session_id", "base"}  # side b's, with `other` only
+    assert set(data["a"]) == set(data["b"]) == set(shapes.CompareSideOut().fields) - across
     assert set(data["files"][0]) == set(shapes.CompareFileOut().fields)
     patch = compare(api, sid, a=leaf_a, file="a.txt").json()
     assert set(patch) == set(shapes.FileDiffOut().fields)
     schema = api.get("/api/schema/?format=json").json()
     operation = schema["paths"]["/api/sessions/{session_id}/compare/"]["get"]
-    assert {p["name"] for p in operation["parameters"]} >= {"a", "b", "file"}
+    assert {p["name"] for p in operation["parameters"]} >= {"a", "b", "file", "other"}
+
+
+# -- a session and another that shares its history (a fork, its source, a sibling) ---------------
+
+
+def fork(api, sid, **body) -> str:
+    response = api.post(f"/api/sessions/{sid}/fork/", body, format="json")
+    assert response.status_code == 201, response.content
+    return response.json()["id"]
+
+
+def test_a_fork_is_compared_with_its_source_from_the_fork_point(api, sid):
+    run_turn(api, sid, "write base.txt base\nwrite same.txt same\nsay one")
+    fork_point = head(sid)
+    child = fork(api, sid)
+    run_turn(api, sid, "write source.txt S\nappend base.txt in source\nsay in the source")
+    run_turn(api, child, "write child.txt C\nsay in the fork")
+    response = compare(api, sid, other=child)
+    assert response.status_code == 200, response.content
+    data = response.json()
+    # The common ancestor is the fork point, named in each session.
+    assert data["base"] == fork_point
+    assert data["b"]["session_id"] == child
+    copies = Session.objects.get(id=child).messages.values_list("id", flat=True)
+    assert data["b"]["base"] in set(copies) and data["b"]["base"] != fork_point
+    assert data["b"]["messages"][0]["parent_id"] == data["b"]["base"]
+    assert texts(data["a"])[-1] == "in the source" and texts(data["b"])[-1] == "in the fork"
+    assert data["a"]["message_id"] == head(sid) and data["b"]["message_id"] == head(child)
+    assert {f["path"]: f["status"] for f in data["files"]} == {
+        "source.txt": "deleted",
+        "base.txt": "modified",
+        "child.txt": "added",
+    }
+    patch = compare(api, sid, other=child, file="base.txt").json()["patch"]
+    assert "-basein source" in patch and "+base" in patch
+    # The other way round: the fork's point of view.
+    back = compare(api, child, other=sid).json()
+    assert back["base"] == data["b"]["base"] and back["b"]["base"] == fork_point
+    assert {f["path"]: f["status"] for f in back["files"]}["child.txt"] == "deleted"
+
+
+def test_two_forks_of_one_session_share_their_fork_point(api, sid):
+    run_turn(api, sid, "write base.txt base\nsay one")
+    run_turn(api, sid, "say two")
+    first = fork(api, sid)
+    second = fork(api, sid)
+    run_turn(api, first, "write one.txt 1\nsay first fork")
+    run_turn(api, second, "write two.txt 2\nsay second fork")
+    data = compare(api, first, other=second).json()
+    # Both copies of the source's last message: the common ancestor is the fork point.
+    assert data["base"] is not None and data["b"]["base"] is not None
+    assert texts(data["a"])[0] == "write one.txt 1\nsay first fork"
+    assert texts(data["b"])[0] == "write two.txt 2\nsay second fork"
+    assert {f["path"] for f in data["files"]} == {"one.txt", "two.txt"}
+
+
+def test_a_fork_from_an_earlier_point_shares_only_what_precedes_it(api, sid):
+    run_turn(api, sid, "write a.txt a\nsay one")
+    early = head(sid)
+    run_turn(api, sid, "write b.txt b\nsay two")
+    child = fork(api, sid, message_id=early)
+    data = compare(api, sid, other=child).json()
+    assert data["base"] == early
+    assert texts(data["a"]) == ["write b.txt b\nsay two", "two"]
+    assert data["b"]["messages"] == []
+    assert [f["path"] for f in data["files"]] == ["b.txt"]
+
+
+def test_unrelated_sessions_compare_from_their_start(api, sid):
+    run_turn(api, sid, "write a.txt a\nsay here")
+    other = new_session(api)
+    run_turn(api, other, "write b.txt b\nsay there")
+    data = compare(api, sid, other=other).json()
+    assert data["base"] is None and data["b"]["base"] is None
+    assert {f["path"] for f in data["files"]} == {"a.txt", "b.txt"}
+
+
+def test_another_users_session_is_not_found(api, sid, outsider_api):
+    run_turn(api, sid, "say mine")
+    theirs = new_session(outsider_api)
+    run_turn(outsider_api, theirs, "write secret.txt s\nsay theirs")
+    response = compare(api, sid, other=theirs)
+    assert response.status_code == 404
+    assert response.json()["error"]["type"] == "NotFound"
+    assert compare(api, sid, other=theirs, file="secret.txt").status_code == 404
+    # And the outsider cannot reach mine through theirs.
+    assert compare(outsider_api, theirs, other=sid).status_code == 404
+
+
+def test_a_point_of_this_session_is_not_taken_for_the_others(api, sid):
+    run_turn(api, sid, "say here")
+    child = fork(api, sid)
+    response = compare(api, sid, other=child, b=head(sid))
+    assert response.status_code == 404
+    assert response.json()["error"]["message"] == "b: no such message in the other session."
+
+
+def test_across_sessions_the_queries_do_not_grow_with_the_history(api, sid, settings):
+    settings.RUN_LEASE_SECONDS = settings.RUN_ABORT_POLL_SECONDS = 300
+    counts = []
+    for turns in (1, 6):
+        sid = new_session(api)
+        for i in range(turns):
+            run_turn(api, sid, f"write f{i}.txt {i}\nsay {i}")
+        child = fork(api, sid)
+        run_turn(api, child, "write c.txt c\nsay c")
+        with all_queries() as listed:
+            assert compare(api, sid, other=child).status_code == 200
+        counts.append(len(listed))
+    assert counts[0] == counts[1], counts

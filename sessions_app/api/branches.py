@@ -8,6 +8,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from ..selectors import session_for_user
 from ..services import compare as compare_services
 from .base import SessionScopedViewSet
 from .serializers import Enum, FileDiffOut, MessageOut, Out, refuse
@@ -24,8 +25,19 @@ def _point(help_text: str, *, required: bool) -> serializers.CharField:
 
 
 class CompareQueryIn(serializers.Serializer):
-    a = _point("A message of the session (any branch).", required=True)
-    b = _point("Another message of the session (any branch); default: the head.", required=False)
+    a = _point(
+        "A message of the session (any branch); default, with `other`: the head.",
+        required=False,
+    )
+    b = _point(
+        "Another message of the session (any branch), or of `other`; default: its head.",
+        required=False,
+    )
+    other = _point(
+        "Another session of yours that shares this one's history (a fork of it, its source,"
+        " another fork or alternative of the same session): `b` is then a point of it.",
+        required=False,
+    )
     file = serializers.CharField(
         required=False,
         allow_blank=True,
@@ -44,6 +56,14 @@ class CompareSideOut(Out):
     messages = MessageOut(many=True, help_text="The messages after the common ancestor.")
     truncated = serializers.BooleanField(
         help_text="More messages follow (API_PAGE_MAX a side, or API_PAGE_MAX_BYTES)."
+    )
+    session_id = serializers.CharField(
+        required=False, help_text="With `other`, on side b only: the other session."
+    )
+    base = serializers.CharField(
+        required=False,
+        allow_null=True,
+        help_text="With `other`, on side b only: the other session's copy of the common ancestor.",
     )
 
 
@@ -80,7 +100,9 @@ class CompareViewSet(SessionScopedViewSet):
         files that differ; with ``file``, that file's unified diff from ``a`` to ``b``."""
         session = self.get_object()
         query = self.query(CompareQueryIn)
-        points = {"a": query["a"], "b": query["b"] or None}
+        points = {"a": query["a"] or None, "b": query["b"] or None}
+        if query["other"]:
+            points["other"] = session_for_user(request.user, query["other"])
         if "file" in query:
             return Response(
                 compare_services.compare_file(session=session, file=query["file"], **points)

@@ -1,6 +1,11 @@
 """Compare two points of a session (SEMANTICS 14.1): from their common ancestor, the two
 conversations and the files that differ between the snapshots recorded at each point.
 
+Or a point of a session and one of another that shares its history (a fork and its source,
+two forks or alternatives of one session): a fork copies the messages it starts from with
+their role and creation time, so the longest start of the two paths whose messages agree on
+both is the common ancestor, whichever session holds it and whoever made the fork.
+
 A read: nothing is locked or written, and the worktree is never looked at (the snapshots
 hold what each point left), so a pending revert or a run at work changes nothing here.
 
@@ -27,17 +32,23 @@ from .revert import _objects_found
 
 @dataclass(frozen=True)
 class Points:
-    """Two points of one session: the paths root → each (ids) and their common part."""
+    """Two points — of one session, or of two sessions that share history (a fork and its
+    source, two forks of one session) — the paths root → each (ids, each in its own
+    session) and how many leading messages the two paths share."""
 
-    a: str
+    a: str | None
     b: str | None
     path_a: list[str]
     path_b: list[str]
-    shared: int  # how many leading messages the two paths share
+    shared: int
 
     @property
     def base(self) -> str | None:
         return self.path_a[self.shared - 1] if self.shared else None
+
+    @property
+    def base_b(self) -> str | None:
+        return self.path_b[self.shared - 1] if self.shared else None
 
 
 def _path(parents: dict[str, str | None], leaf: str | None) -> list[str]:
@@ -50,21 +61,57 @@ def _path(parents: dict[str, str | None], leaf: str | None) -> list[str]:
     return path
 
 
-def find_points(session: Session, a: str, b: str | None) -> Points:
-    """The two points and their common ancestor; ``b`` defaults to the head (none: the
-    session's start). NotFoundError for an id that is not a message of this session."""
-    parents = dict(Message.objects.filter(session_id=session.id).values_list("id", "parent_id"))
-    if b is None:
-        b = session.head_id
-    for name, value in (("a", a), ("b", b)):
-        if value is not None and value not in parents:
-            raise NotFoundError(f"{name}: no such message in this session.")
-    path_a, path_b = _path(parents, a), _path(parents, b)
+def _shared(path_a: list, path_b: list) -> int:
     shared = 0
     for x, y in zip(path_a, path_b, strict=False):
         if x != y:
             break
         shared += 1
+    return shared
+
+
+def _point(rows: dict, name: str, value: str | None) -> None:
+    if value is not None and value not in rows:
+        raise NotFoundError(f"{name}: no such message in this session.")
+
+
+def find_points(session: Session, a: str | None, b: str | None) -> Points:
+    """The two points and their common ancestor; ``a`` and ``b`` default to the head (none:
+    the session's start). NotFoundError for an id that is not a message of this session."""
+    parents = dict(Message.objects.filter(session_id=session.id).values_list("id", "parent_id"))
+    a = a or session.head_id
+    b = b or session.head_id
+    _point(parents, "a", a)
+    _point(parents, "b", b)
+    path_a, path_b = _path(parents, a), _path(parents, b)
+    return Points(a=a, b=b, path_a=path_a, path_b=path_b, shared=_shared(path_a, path_b))
+
+
+def _events(session: Session) -> tuple[dict[str, str | None], dict[str, tuple]]:
+    """(id → parent, id → what makes it one history event across copies: its role and the
+    time it was made, which a fork, an adopt's source and an import keep)."""
+    parents, events = {}, {}
+    for mid, parent, role, created in Message.objects.filter(session_id=session.id).values_list(
+        "id", "parent_id", "role", "created_at"
+    ):
+        parents[mid] = parent
+        events[mid] = (role, created)
+    return parents, events
+
+
+def find_points_across(session: Session, a: str | None, other: Session, b: str | None) -> Points:
+    """A point of ``session`` and one of ``other`` (each default its head): their common
+    ancestor is the longest start the two paths share as history — the same messages,
+    copied by a fork with their role and time (two queries, one a session)."""
+    parents_a, events_a = _events(session)
+    parents_b, events_b = _events(other)
+    a = a or session.head_id
+    b = b or other.head_id
+    _point(parents_a, "a", a)
+    if b is not None and b not in parents_b:
+        raise NotFoundError("b: no such message in the other session.")
+    path_a, path_b = _path(parents_a, a), _path(parents_b, b)
+    shared = _shared([events_a[m] for m in path_a], [events_b[m] for m in path_b])
     return Points(a=a, b=b, path_a=path_a, path_b=path_b, shared=shared)
 
 
@@ -85,7 +132,7 @@ def _step_snapshots(session: Session) -> dict[str, list[tuple[int, str, str]]]:
     return steps
 
 
-def _tree_at(path: list[str], other: list[str], steps: dict) -> str:
+def _tree_at(path: list[str], steps: dict, other: list[str], other_steps: dict) -> str:
     """The files at the end of ``path``: what its last step left (as ``files_at`` says);
     when no step ran on it, the files the first step of ``other`` found (the session's
     start); else the empty tree."""
@@ -94,7 +141,7 @@ def _tree_at(path: list[str], other: list[str], steps: dict) -> str:
             if kind == Part.Type.STEP_FINISH:
                 return snapshot
     for mid in other:
-        for _order, kind, snapshot in steps.get(mid, []):
+        for _order, kind, snapshot in other_steps.get(mid, []):
             if kind == Part.Type.STEP_START:
                 return snapshot
     return snapshots.EMPTY_TREE
@@ -124,19 +171,47 @@ def _side(message_id: str | None, ids: list[str], loaded: dict[str, Message], cu
     return {"message_id": message_id, "messages": shown, "truncated": cut}
 
 
-def compare_points(*, session: Session, a: str, b: str | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class _Resolved:
+    points: Points
+    tree_a: str
+    tree_b: str
+    other: Session | None
+
+
+def _resolve(session: Session, a: str | None, b: str | None, other: Session | None) -> _Resolved:
+    if other is None or other.id == session.id:
+        if not a:
+            raise InvalidInput("a: give a message of the session (or `other`: another session).")
+        points = find_points(session, a, b)
+        steps = other_steps = _step_snapshots(session)
+        other = None
+    else:
+        points = find_points_across(session, a, other, b)
+        steps, other_steps = _step_snapshots(session), _step_snapshots(other)
+    return _Resolved(
+        points=points,
+        tree_a=_tree_at(points.path_a, steps, points.path_b, other_steps),
+        tree_b=_tree_at(points.path_b, other_steps, points.path_a, steps),
+        other=other,
+    )
+
+
+def compare_points(
+    *, session: Session, a: str | None, b: str | None = None, other: Session | None = None
+) -> dict[str, Any]:
     """``{base, a: {message_id, messages, truncated}, b: {…}, files, files_truncated}``:
     the messages after the common ancestor on each side and the files that differ between
-    the snapshots at ``a`` and at ``b`` (``b``: the head when not given)."""
-    points = find_points(session, a, b)
+    the snapshots at ``a`` and at ``b`` (``b``: the head when not given). With ``other`` (a
+    session of the caller's), ``b`` is a point of that session, and ``b.session_id`` and
+    ``b.base`` (its copy of the common ancestor) say so."""
+    found = _resolve(session, a, b, other)
+    points = found.points
     side_a, cut_a = _bounded(points.path_a[points.shared :])
     side_b, cut_b = _bounded(points.path_b[points.shared :])
     loaded = {m.id: m for m in messages_with_parts(side_a + side_b)}
-    steps = _step_snapshots(session)
-    tree_a = _tree_at(points.path_a, points.path_b, steps)
-    tree_b = _tree_at(points.path_b, points.path_a, steps)
     with _objects_found():
-        stat = snapshots.for_session(session).diff_stat(tree_a, tree_b)
+        stat = snapshots.for_session(session).diff_stat(found.tree_a, found.tree_b)
     limit = settings.API_FILES_MAX
     files = [
         {
@@ -148,26 +223,34 @@ def compare_points(*, session: Session, a: str, b: str | None = None) -> dict[st
         }
         for entry in stat[:limit]
     ]
+    side_b_data = _side(points.b, side_b, loaded, cut_b)
+    if found.other is not None:
+        side_b_data.update(session_id=found.other.id, base=points.base_b)
     return {
         "base": points.base,
         "a": _side(points.a, side_a, loaded, cut_a),
-        "b": _side(points.b, side_b, loaded, cut_b),
+        "b": side_b_data,
         "files": files,
         "files_truncated": len(stat) > limit,
     }
 
 
-def compare_file(*, session: Session, a: str, file: str, b: str | None = None) -> dict[str, str]:
-    """One file's unified diff from the snapshot at ``a`` to the one at ``b``. ``file``
-    must be a plain relative path (git answers ``../x`` with an error of its own)."""
+def compare_file(
+    *,
+    session: Session,
+    a: str | None,
+    file: str,
+    b: str | None = None,
+    other: Session | None = None,
+) -> dict[str, str]:
+    """One file's unified diff from the snapshot at ``a`` to the one at ``b`` (of ``other``
+    when given). ``file`` must be a plain relative path (git answers ``../x`` with an error
+    of its own)."""
     try:
         plain_relative(file)
     except ValueError as exc:
         raise InvalidInput(f"file: {exc}") from exc
-    points = find_points(session, a, b)
-    steps = _step_snapshots(session)
-    tree_a = _tree_at(points.path_a, points.path_b, steps)
-    tree_b = _tree_at(points.path_b, points.path_a, steps)
+    found = _resolve(session, a, b, other)
     with _objects_found():
-        patch = snapshots.for_session(session).diff_text(tree_a, tree_b, paths=[file])
+        patch = snapshots.for_session(session).diff_text(found.tree_a, found.tree_b, paths=[file])
     return {"file": file, "patch": patch}
