@@ -1,5 +1,5 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
-sandbox, snapshots, repo, abort, fork, load, render, quota, branches, chaos.
+sandbox, snapshots, repo, abort, fork, load, render, paint, quota, branches, chaos.
 
 ``chaos`` (the chaos test at length: ``--minutes``, 30 by default) runs only when named with
 ``--only``; the others run by default.
@@ -35,6 +35,7 @@ BENCHES = (
     "load",
     "sandbox",
     "render",
+    "paint",
     "quota",
     "branches",
     "chaos",
@@ -306,6 +307,7 @@ SIMPLE = (
     ("abort", "abort / recovery", "abort", True),
     ("sandbox", "shell sandbox", "sandbox", False),
     ("render", "chat rendering in Chromium, current vs old app.js", "render", True),
+    ("paint", "chat paint figures in Chromium (FCP, LCP, TBT), before vs after", "paint", True),
     ("quota", "quota check on a run request, 1 and 1,000,000 usage rows", "quota", True),
     ("branches", "branches as workspaces (blame: 5,000 lines, 200 steps)", "branches", True),
 )
