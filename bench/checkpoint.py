@@ -181,6 +181,7 @@ def measure_run(session: Any, user: Any, index: int) -> dict[str, Any]:
     from runs_app import engine
     from runs_app.checkpoint import Checkpointer
     from runs_app.host import run_agent
+    from runs_app.loop import start as loop_start
     from runs_app.models import Run
     from runs_app.services.runs import start_run
 
@@ -213,7 +214,7 @@ def measure_run(session: Any, user: Any, index: int) -> dict[str, Any]:
         defer_enqueue=True,
     )
     history_seconds: list[float] = []
-    original_active_path = engine.active_path
+    original_active_path = loop_start.active_path
 
     def active_path(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         start = time.perf_counter()
@@ -226,7 +227,7 @@ def measure_run(session: Any, user: Any, index: int) -> dict[str, Any]:
         stack.enter_context(mock.patch.object(Checkpointer, "flush", flush))
         stack.enter_context(mock.patch.object(engine.AgentLoop, "run_tool", run_tool))
         stack.enter_context(mock.patch.object(engine.AgentLoop, "step", step))
-        stack.enter_context(mock.patch.object(engine, "active_path", active_path))
+        stack.enter_context(mock.patch.object(loop_start, "active_path", active_path))
         stack.enter_context(statements_of_every_thread(rec))
         # The host's keeper (lease renewals, abort polls) stays out of the counts.
         stack.enter_context(mock.patch.object(settings, "RUN_ABORT_POLL_SECONDS", 3600))

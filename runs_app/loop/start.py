@@ -1,0 +1,179 @@
+"""Before the first step: a new prompt confirms a pending revert and interrupts the path's
+unfinished tools, then writes the user message; continue and regenerate move the head and
+the files to where the branch hangs from (one transaction, marked applied so a resumed run
+skips it); multitask "rollback" takes the interrupted run off the path."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from sessions_app import events
+from sessions_app.models import HistoryEvent, Message, Part, Session
+from sessions_app.selectors import active_path, message_data, session_data
+from sessions_app.services.revert import cleanup_session
+
+from ..models import Run
+from .errors import UNFINISHED
+from .recovery import turn_finished
+from .state import LoopState
+
+log = logging.getLogger(__name__)
+
+
+class StartPhase(LoopState):
+    """Start-up: the prompt, or the branch a continue or a regenerate makes."""
+
+    async def start_up(self) -> bool:
+        """Everything before the first step: False when there is nothing to run."""
+        run = self.run
+        prompting = run.mode == Run.Mode.PROMPT and run.input_message_id is None
+        if prompting and self.session.revert:
+            # Rule 1.3 / 3.6: a new prompt confirms a pending revert first.
+            self.session = await self.db(
+                cleanup_session, session=self.session, holder_run_id=run.id, fence=self.fence
+            )
+            self.head_id = self.session.head_id
+        if run.branch and not run.branch.get("applied"):
+            await self.db(self.start_branch)
+        else:
+            self.history = await self.db(active_path, self.session)
+        if prompting:
+            await self.db(self.start_prompt)
+        elif turn_finished(self.history):
+            return False
+        self.tree = await self.db(self.snap.track)
+        return True
+
+    def start_prompt(self) -> None:
+        """Rule 1.3: interrupt unfinished tools on the path, then write the user message."""
+        if self.run.multitask_strategy == "rollback" and self.run.interrupted_run_id:
+            with transaction.atomic():  # with the checkpoint below: fenced together
+                self.roll_back_interrupted()
+                self._start_prompt()
+                self.fence()
+            return
+        self._start_prompt()
+
+    def _start_prompt(self) -> None:
+        now = time.time()
+        for message in self.history:
+            for part in message.loaded_parts:
+                state = part.state or {}
+                if part.type == Part.Type.TOOL and state.get("status") in UNFINISHED:
+                    self.interrupt(part, reason="prompt", now=now)
+        written = []
+        for item in self.run.input or []:
+            message = self.new_message(Message.Role.USER)
+            message.completed_at = message.created_at
+            self.new_part(message, Part.Type.TEXT, text=str(item.get("content", "")))
+            written.append(message)
+        if written:
+            # Written with the input, in its transaction: a run resumed after a crash in
+            # between would else write its input a second time.
+            self.run.input_message_id = written[0].id
+            self.writer.touch(self.run, "input_message_id")
+        self.writer.flush()
+        for message in written:
+            self.emit(events.MESSAGE_UPDATED, message=message_data(message))
+
+    def start_branch(self) -> None:
+        """Continue/regenerate (SEMANTICS 5): the head moves to the message the branch hangs
+        from, the files go back to what they were there when the branch leaves the current
+        head (recorded first, so nothing is lost), the new input is written, the replaced
+        messages are hidden: one transaction, marked applied so a resumed run skips it."""
+        branch = dict(self.run.branch)
+        parent = branch.get("parent_message_id")
+        files, before = branch.get("files"), None
+        if files and parent != self.session.head_id:
+            before = self.snap.track()
+            if before != files:
+                self.snap.checkout(files, self.snap.patch(before, files))
+        self.head_id = parent
+        self.history = active_path(self.session, leaf_id=parent) if parent else []
+        try:
+            written = self.apply_branch(branch, parent, files, before)
+        except BaseException:
+            if before and before != files:
+                # The branch is not on record: the files go back to what the head had (this
+                # run holds the session, so nobody else moved them meanwhile).
+                self.snap.checkout(before, self.snap.patch(files, before))
+            raise
+        self.session.head_id = self.head_id
+        # The path is another one now, and the files maybe too: the summary follows both.
+        summary = self.store_summary(files if before else self.snap.track())
+        for message in written:
+            self.emit(events.MESSAGE_UPDATED, message=message_data(message))
+        self.emit(events.SESSION_UPDATED, session=session_data(self.session))
+        if before and before != files:
+            diff = self.snap.diff_stat(before, files)
+            self.emit(events.SESSION_DIFF, diff=diff, summary=summary)
+
+    def apply_branch(
+        self, branch: dict[str, Any], parent: str | None, files: str | None, before: str | None
+    ) -> list[Message]:
+        """The branch's rows, in one transaction: its input, the head, the hidden messages,
+        the history event."""
+        written: list[Message] = []
+        with transaction.atomic():
+            for item in branch.get("input") or []:
+                message = self.new_message(Message.Role.USER)
+                message.completed_at = message.created_at
+                self.new_part(message, Part.Type.TEXT, text=str(item.get("content", "")))
+                written.append(message)
+            if not written:
+                Session.objects.filter(id=self.session.id).update(
+                    head_id=parent, updated_at=timezone.now()
+                )
+            self.writer.flush()
+            branch["applied"] = True
+            fields: dict[str, Any] = {"branch": branch}
+            if written and self.run.input_message_id is None:
+                fields["input_message_id"] = self.run.input_message_id = written[0].id
+            Run.objects.filter(id=self.run.id).update(**fields)
+            self.run.branch = branch
+            if branch.get("hide"):
+                Message.objects.filter(id__in=branch["hide"], session_id=self.session.id).update(
+                    hidden=True
+                )
+            if branch.get("replaces"):
+                Run.objects.filter(id=branch["replaces"]).update(replaced_by=self.run.id)
+            HistoryEvent.objects.create(
+                session_id=self.session.id,
+                kind="regenerate" if self.run.mode == Run.Mode.REGENERATE else "continue",
+                run_id=self.run.id,
+                data={
+                    "source_run_id": branch.get("source_run_id"),
+                    "index": branch.get("index"),
+                    "parent_message_id": parent,
+                    "files_before": before,
+                    "files": files if before else None,
+                    "hidden": branch.get("hide") or [],
+                },
+            )
+        return written
+
+    def roll_back_interrupted(self) -> None:
+        """multitask_strategy "rollback": the interrupted run's messages leave the active path
+        (they stay stored, as a branch); the new run starts where that run started."""
+        stopped = Run.objects.filter(id=self.run.interrupted_run_id).first()
+        if stopped is None or stopped.input_message_id is None:
+            return
+        start = Message.objects.filter(id=stopped.input_message_id).first()
+        if start is None or start.id not in {m.id for m in self.history}:
+            return
+        self.head_id = start.parent_id
+        self.history = self.history[: [m.id for m in self.history].index(start.id)]
+        self.writer.set_head(self.head_id) if self.head_id else None
+        if self.head_id is None:
+            Session.objects.filter(id=self.session.id).update(head=None)
+        HistoryEvent.objects.create(
+            session_id=self.session.id,
+            kind="rollback",
+            run_id=self.run.id,
+            data={"reason": "multitask_strategy", "rolled_back_run_id": stopped.id},
+        )
