@@ -141,10 +141,8 @@ class Proc:
         except subprocess.TimeoutExpired:
             # Stuck: end its pool children (ours, by pid) and then it.
             for pid in children(self.popen.pid):
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
             self.popen.kill()
             self.popen.wait(5)
 
@@ -291,10 +289,8 @@ class PrivatePostgres:
         subprocess.run(cmd, check=True, capture_output=True)
 
     def stop(self) -> None:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):
             self._as_pg(["pg_ctl", "-D", str(self.dir / "data"), "-m", "immediate", "stop"])
-        except subprocess.CalledProcessError:
-            pass
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -289,10 +289,8 @@ class Peak:
         last, tick = _machine_ticks(), time.monotonic()
         self._scrape()
         while not self._stop.wait(0.25):
-            try:
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
                 self.mib = max(self.mib, tree_total_rss_mib(self.pid))
-            except (FileNotFoundError, ProcessLookupError):
-                pass
             if time.monotonic() - tick >= 1.0:
                 now = _machine_ticks()
                 self.busy.append((now[0] - last[0]) / max(1, now[1] - last[1]))

@@ -287,10 +287,8 @@ class RunHost:
         def close() -> None:
             # Each thread takes one of these (the barrier holds it until all have), so every
             # thread's own connection is closed.
-            try:
+            with contextlib.suppress(threading.BrokenBarrierError):
                 barrier.wait(timeout=5)
-            except threading.BrokenBarrierError:
-                pass
             connection.close()
 
         concurrent.futures.wait([self.db.submit(close) for _ in range(count)], timeout=15)

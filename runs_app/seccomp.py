@@ -25,24 +25,64 @@ import errno
 import functools
 import os
 
-REFUSED = (
-    # The kernel keyring.
-    "keyctl add_key request_key "
-    # Mounts, namespaces, the root.
-    "mount umount umount2 pivot_root chroot unshare setns "
-    "open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr "
-    # Kernel modules, kexec, BPF, performance counters.
-    "init_module finit_module delete_module create_module query_module get_kernel_syms "
-    "kexec_load kexec_file_load bpf perf_event_open lookup_dcookie "
-    # Page faults handled by the user (the usual way to win a kernel race), io_uring.
-    "userfaultfd io_uring_setup io_uring_enter io_uring_register "
-    # File handles (name_to_handle_at and open_by_handle_at bypass paths: the Shocker escape).
-    "name_to_handle_at open_by_handle_at "
-    # The machine: clocks, swap, reboot, accounting, quotas, the kernel log, old calls.
-    "settimeofday stime clock_settime clock_adjtime adjtimex "
-    "swapon swapoff reboot acct quotactl quotactl_fd syslog "
-    "nfsservctl sysfs _sysctl uselib ustat vm86 vm86old iopl ioperm fanotify_init"
-).split()
+REFUSED = [
+    "keyctl",
+    "add_key",
+    "request_key",
+    "mount",
+    "umount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "unshare",
+    "setns",
+    "open_tree",
+    "move_mount",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "create_module",
+    "query_module",
+    "get_kernel_syms",
+    "kexec_load",
+    "kexec_file_load",
+    "bpf",
+    "perf_event_open",
+    "lookup_dcookie",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "name_to_handle_at",
+    "open_by_handle_at",
+    "settimeofday",
+    "stime",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "acct",
+    "quotactl",
+    "quotactl_fd",
+    "syslog",
+    "nfsservctl",
+    "sysfs",
+    "_sysctl",
+    "uselib",
+    "ustat",
+    "vm86",
+    "vm86old",
+    "iopl",
+    "ioperm",
+    "fanotify_init",
+]
 
 CLONE_NAMESPACES = (
     0x00020000,  # CLONE_NEWNS

@@ -36,7 +36,7 @@ import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
@@ -187,10 +187,8 @@ class _Board:
         due = loop.time() + every
         while self.watched or self.asked:
             if not self.asked:
-                try:
+                with suppress(TimeoutError):
                     await asyncio.wait_for(self.wake.wait(), max(0.0, due - loop.time()))
-                except TimeoutError:
-                    pass
             self.wake.clear()
             asked, self.asked = self.asked, {}
             sweep = loop.time() >= due

@@ -301,7 +301,29 @@ WRAPPERS: dict[str, set[str]] = {
 }
 # Words a wrapper takes after its options and before the command (a duration, a priority).
 WRAPPER_WORDS = {"timeout": 1, "chrt": 1, "taskset": 1, "flock": 1}
-KEYWORDS = set("! { } ( ) if then else elif fi do done while until for in case esac select".split())
+KEYWORDS = set(
+    [
+        "!",
+        "{",
+        "}",
+        "(",
+        ")",
+        "if",
+        "then",
+        "else",
+        "elif",
+        "fi",
+        "do",
+        "done",
+        "while",
+        "until",
+        "for",
+        "in",
+        "case",
+        "esac",
+        "select",
+    ]
+)
 KEYWORDS |= {"function", "coproc"}
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=")
 HIDDEN = ("$(", "`", "<(", ">(")  # commands inside a word: not parsed, so not seen

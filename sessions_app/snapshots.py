@@ -554,14 +554,11 @@ class Snapshots:
         self.ensure()
         with tempfile.TemporaryDirectory(prefix="peek-") as scratch_dir:
             scratch = os.path.join(scratch_dir, "index")
-            try:
-                # The stat cache (fast), with the index's own mtime: git takes an entry
-                # written in the index's second as "racily clean" and hashes it again; a
-                # newer mtime on the copy would make a same-size change within that second
-                # look unchanged.
+            # The stat cache (fast), with the index's own mtime: git takes an entry written in
+            # the index's second as "racily clean" and hashes it again; a newer mtime on the
+            # copy would make a same-size change within that second look unchanged.
+            with contextlib.suppress(FileNotFoundError):
                 shutil.copy2(self.git_dir / "index", scratch)
-            except FileNotFoundError:
-                pass
             return self.track(index=scratch)
 
     def _last_tree(self) -> str:

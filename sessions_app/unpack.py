@@ -633,7 +633,9 @@ def _unpack_tar(tree: _Tree, raw: BinaryIO) -> None:
     header = f"The archive has an entry header over {HEADER_MAX // 1024:,} KiB."
     meter.allow(HEADER_MAX + _SLACK, header)
     with _reading("archive"):
-        tar = tarfile.open(fileobj=meter, mode="r|")  # a stream: read once, front to back
+        # A stream: read once, front to back; opened here so that its errors are mapped, and
+        # closed by the ``with tar`` below.
+        tar = tarfile.open(fileobj=meter, mode="r|")  # noqa: SIM115
     seen = 0
     with tar:
         while True:
@@ -645,7 +647,7 @@ def _unpack_tar(tree: _Tree, raw: BinaryIO) -> None:
                 return
             tar.members.clear()  # tarfile keeps every header; nothing here needs them
             seen += 1
-            if 0 < tree.max_files and seen > 2 * tree.max_files:
+            if tree.max_files > 0 and seen > 2 * tree.max_files:
                 raise ArchiveRefused(f"The archive holds more than {tree.max_files:,} files.")
             _tar_member(tree, tar, member, meter)
 

@@ -21,6 +21,7 @@ them."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -127,10 +128,8 @@ def open_dir(root: Path, parts: tuple[str, ...], *, create: bool = False) -> int
     try:
         for name in parts:
             if create:
-                try:
+                with contextlib.suppress(FileExistsError):
                     os.mkdir(name, 0o755, dir_fd=fd)
-                except FileExistsError:
-                    pass
             child = _open_at(fd, name, _DIR)
             os.close(fd)
             fd = child

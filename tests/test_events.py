@@ -79,10 +79,9 @@ def test_every_event_type_round_trips_through_json():
 def test_events_of_a_rolled_back_transaction_are_never_sent(monkeypatch):
     sent = []
     monkeypatch.setattr(events.publisher, "publish", lambda *args: sent.append(args))
-    with pytest.raises(RuntimeError):
-        with transaction.atomic():
-            events.publish_on_commit("ses_x", events.SESSION_UPDATED, session={})
-            raise RuntimeError("rolled back")
+    with pytest.raises(RuntimeError), transaction.atomic():
+        events.publish_on_commit("ses_x", events.SESSION_UPDATED, session={})
+        raise RuntimeError("rolled back")
     assert sent == []
     with transaction.atomic():
         events.publish_on_commit("ses_x", events.SESSION_UPDATED, session={})

@@ -7,6 +7,7 @@ over the upload limit, paths over the kernel's limits): tests/test_bad_input.py.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -43,10 +44,8 @@ def real(db, transactional_db, owner):
     from sessions_app.errors import AppError
 
     for left in Run.objects.exclude(status__in=list(Run.TERMINAL)):
-        try:
+        with contextlib.suppress(AppError):
             cancel_run(run=left)
-        except AppError:
-            pass
         wait_for_run(left, timeout=30)
 
 

@@ -223,9 +223,10 @@ def status_writes(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             chain = ast.unparse(node.func.value)
             queryset = "objects" in chain or "filter(" in chain or chain.endswith(("runs", "_set"))
-            if node.func.attr == "update" and any(k.arg == "status" for k in node.keywords):
-                if queryset and "Session" not in chain:  # not a dict's update(), nor lock.py's
-                    found.append((node.lineno, ast.unparse(node)[:80]))
+            status = node.func.attr == "update" and any(k.arg == "status" for k in node.keywords)
+            # Not a dict's update(), nor lock.py's.
+            if status and queryset and "Session" not in chain:
+                found.append((node.lineno, ast.unparse(node)[:80]))
             if node.func.attr == "bulk_update" and "'status'" in ast.unparse(node):
                 found.append((node.lineno, ast.unparse(node)[:80]))
         targets = []

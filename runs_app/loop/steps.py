@@ -74,9 +74,9 @@ class StepPhase(LoopState):
         except (LockLost, AwaitingApproval):
             raise  # not a line more / the step goes on once the owner has decided
         except ProviderError as exc:
-            if exc.kind == "context_overflow" and not self.overflow_retried:
-                if self.drop_step(message):
-                    raise ContextOverflow() from exc
+            overflow = exc.kind == "context_overflow" and not self.overflow_retried
+            if overflow and self.drop_step(message):
+                raise ContextOverflow() from exc
             await self.db(
                 self.close_step, message, index, before, ran_tools=bool(tool_parts), finished=False
             )

@@ -208,7 +208,7 @@ def _copy_branch(locked: Session, fork: Session, point: str | None, new: list[Me
                 session=locked,
                 parent_id=parent,
                 role=message.role,
-                run_id=runs.get(message.run_id or "", None),
+                run_id=runs.get(message.run_id or ""),
                 created_at=message.created_at,
                 completed_at=message.completed_at or now,
                 error=message.error,

@@ -37,10 +37,7 @@ def rollback_session(*, session: Session, num_turns: Any, user=None) -> Session:
             raise ConflictError("A revert is pending: unrevert or confirm it before a rollback.")
         path = active_path(locked)
         starts = [i for i, m in enumerate(path) if m.role == Message.Role.USER]
-        if num_turns >= len(starts):
-            keep = 0
-        else:
-            keep = starts[-num_turns]
+        keep = 0 if num_turns >= len(starts) else starts[-num_turns]
         previous = locked.head_id
         locked.head_id = path[keep - 1].id if keep > 0 else None
         locked.context_tokens = estimate_context_tokens(path[:keep])

@@ -415,7 +415,20 @@ class ChaosStack:
 
 # -- the scripts -----------------------------------------------------------------------------------
 def _words(rng: random.Random, n: int) -> str:
-    vocabulary = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    vocabulary = [
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "epsilon",
+        "zeta",
+        "eta",
+        "theta",
+        "iota",
+        "kappa",
+        "lambda",
+        "mu",
+    ]
     return " ".join(rng.choice(vocabulary) for _ in range(n))
 
 
@@ -603,9 +616,9 @@ class ChatModel:
             self.order.append(p["message_id"])
         known = message["parts"].get(p["id"])
         p = dict(p)
-        if known and from_fetch and isinstance(known.get("text"), str):
-            if isinstance(p.get("text"), str) and len(known["text"]) > len(p["text"]):
-                p["text"] = known["text"]  # live deltas are ahead of the stored text
+        ahead = known and from_fetch and isinstance(known.get("text"), str)
+        if ahead and isinstance(p.get("text"), str) and len(known["text"]) > len(p["text"]):
+            p["text"] = known["text"]  # live deltas are ahead of the stored text
         known_state = (known or {}).get("state") or {}
         state = p.get("state")
         if (

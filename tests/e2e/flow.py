@@ -45,9 +45,9 @@ class Events:
             while True:
                 for ev in self.events:
                     run = ev.get("run") or {}
-                    if ev["type"] == "run.updated" and run.get("id") == run_id:
-                        if run.get("status") in TERMINAL:
-                            return run
+                    ours = ev["type"] == "run.updated" and run.get("id") == run_id
+                    if ours and run.get("status") in TERMINAL:
+                        return run
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise AssertionError(f"run {run_id} did not end; events: {self.events[-5:]}")

@@ -4,6 +4,7 @@ words), run tools, see the file in the Files panel."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -33,10 +34,8 @@ def _flow_with_evidence(page, server) -> None:
     try:
         _flow(page, server)
     except Exception:
-        try:
+        with contextlib.suppress(Exception):  # best effort on the way out
             page.screenshot(path=str(SCREENSHOT.with_name("chat-failure.png")), full_page=True)
-        except Exception:  # noqa: BLE001 - best effort on the way out
-            pass
         raise
 
 
@@ -230,10 +229,9 @@ def test_an_answer_that_streams_while_the_path_reloads_is_shown(page, server):
         # holds the test's side only; the browser and the server go on meanwhile.)
         answer = route.fetch()
         time.sleep(2.5)
-        try:
+        # The page may have gone on (or closed) meanwhile: then there is nothing to hand.
+        with contextlib.suppress(PlaywrightError):
             route.fulfill(response=answer)
-        except PlaywrightError:  # the page went on (or closed) meanwhile: nothing to hand
-            pass
 
     page.route("**/messages/", late)
     send(page, "say streamed past the reload")

@@ -5,6 +5,7 @@ were at that point."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -35,10 +36,8 @@ def test_rollback_continue_regenerate_and_fork_in_the_browser(page, server):
     try:
         _flow(page, server)
     except Exception:
-        try:
+        with contextlib.suppress(Exception):  # best effort on the way out
             page.screenshot(path=str(SHOTS / "branches-failure.png"), full_page=True)
-        except Exception:  # noqa: BLE001 - best effort on the way out
-            pass
         raise
 
 

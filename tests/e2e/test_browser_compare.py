@@ -6,6 +6,7 @@ head; Escape closes the view."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -33,10 +34,8 @@ def test_two_branches_are_compared_side_by_side(page, server):
     try:
         _flow(page, server)
     except Exception:
-        try:
+        with contextlib.suppress(Exception):  # best effort on the way out
             page.screenshot(path=str(SHOTS / "compare-failure.png"), full_page=True)
-        except Exception:  # noqa: BLE001 - best effort on the way out
-            pass
         raise
 
 

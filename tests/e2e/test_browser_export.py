@@ -5,6 +5,7 @@ with the server's sentence under the form."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -39,10 +40,8 @@ def test_an_exported_session_is_imported_from_the_session_list(browser, server, 
         _flow(page, server, tmp_path)
     except Exception:
         print(server.logs())
-        try:
+        with contextlib.suppress(Exception):  # best effort on the way out
             page.screenshot(path=str(SHOTS / "export-failure.png"), full_page=True)
-        except Exception:  # noqa: BLE001 - best effort on the way out
-            pass
         raise
     finally:
         context.close()

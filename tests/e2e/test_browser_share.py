@@ -4,6 +4,7 @@ owner's session stays as it was; the owner revokes and the link shows "not found
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -28,10 +29,8 @@ def test_a_shared_conversation_is_forked_by_another_user(browser, server):
     except Exception:
         print(server.logs())
         for name, page in (("share-owner", owner), ("share-other", other)):
-            try:
+            with contextlib.suppress(Exception):  # best effort on the way out
                 page.screenshot(path=str(SHOTS / f"{name}-failure.png"), full_page=True)
-            except Exception:  # noqa: BLE001 - best effort on the way out
-                pass
         raise
     finally:
         owner_ctx.close()

@@ -15,6 +15,7 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import pytest
@@ -53,8 +54,8 @@ def _one_process(worker) -> None:  # noqa: ANN001
     children = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            parent = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]
-            name = open(f"/proc/{pid}/comm").read().strip()
+            parent = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+            name = Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             continue
         if parent == str(worker.pid) and name != "git":

@@ -33,7 +33,7 @@ import sys
 import threading
 import urllib.parse
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -317,10 +317,8 @@ class _Server(ThreadingHTTPServer):
         try:
             super().finish_request(tls_sock, client_address)
         finally:
-            try:
+            with suppress(OSError):
                 tls_sock.close()
-            except OSError:
-                pass
 
     def handle_error(self, request, client_address) -> None:  # type: ignore[override]
         exc = sys.exc_info()[1]
@@ -526,10 +524,8 @@ def _feed(stdin: BinaryIO, body: Iterable[bytes], consumed: threading.Event, fai
     except BaseException as exc:  # the client went away mid-body
         failed.append(exc)
     finally:
-        try:
+        with suppress(OSError):
             stdin.close()
-        except OSError:
-            pass
 
 
 # -- lifetime -----------------------------------------------------------------------------
