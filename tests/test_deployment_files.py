@@ -1,6 +1,7 @@
-"""The deployment files agree on what the benchmarks measured (README, "Many live runs per
-worker process"): the web process (Daphne, every socket's frames) gets ten times the worker's
-share of a busy CPU, in the systemd units and in the compose file alike."""
+"""The deployment files agree on what the benchmarks measured (docs/operations.md, "CPU
+weights"; docs/benchmarks.md, "Streaming latency"): the web process (Daphne, every socket's
+frames) gets ten times the worker's share of a busy CPU, in the systemd units and in the
+compose file alike."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ snapshot store (``WORKSPACE_ROOT/.snapshots/objects``) that no snapshot needs an
 Kept: every tree a row names (parts, a pending revert, shares, history events), each session
 git dir's last tree and index, everything those reach, and every object younger than N days.
 Deleted: the other loose objects. Run it from cron (daily or weekly), never during a backup
-(README, "Backup and restore")."""
+(docs/operations.md, "Operator's tasks")."""
 
 from __future__ import annotations
 
