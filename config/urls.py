@@ -32,6 +32,7 @@ api = [
     path("auth/token/", account.AuthTokenView.as_view()),
     path("auth/password/", account.PasswordView.as_view()),
     path("models/", session_views.ModelViewSet.as_view({"get": "list"})),
+    path("tools/", run_views.ToolViewSet.as_view({"get": "list"})),
     path("usage/", UsageViewSet.as_view({"get": "usage"})),
     path("usage/quota/", UsageViewSet.as_view({"get": "quota"})),
     path("sessions/", sessions({"get": "list", "post": "create"})),

@@ -64,7 +64,13 @@ def when(at: datetime, now: datetime) -> str:
 
 def refuse(message: str, *, resets_at: datetime | None, now: datetime) -> QuotaExceeded:
     retry = math.ceil((resets_at - now).total_seconds()) if resets_at else None
-    return QuotaExceeded(message, retry_after=max(1, retry) if retry is not None else None)
+    return QuotaExceeded(
+        message,
+        retry_after=max(1, retry) if retry is not None else None,
+        resets_at=resets_at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        if resets_at
+        else None,
+    )
 
 
 # -- reads ----------------------------------------------------------------------------------

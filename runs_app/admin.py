@@ -102,7 +102,7 @@ class SessionWithRunsAdmin(SessionAdmin):
     def fork_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
         for session in queryset:
             try:
-                fork = fork_session(source=session, user=request.user)
+                fork = fork_session(source=session, user=request.user, kind="admin")
             except AppError as exc:
                 self.message_user(request, f"{session.id}: {exc.message}", messages.ERROR)
                 continue

@@ -49,14 +49,18 @@ class NotAuthenticated(AppError):
 
 class QuotaExceeded(AppError):
     """A per-user limit (``quotas_app``); ``retry_after``: seconds until it resets, when it
-    resets by time (the API sends it as ``Retry-After``)."""
+    resets by time (the API sends it as ``Retry-After``), and ``resets_at`` the moment (the
+    error's ``resets_at``, ISO 8601: the chat shows it in the reader's own time format)."""
 
     status_code = 429
     type = "QuotaExceeded"
 
-    def __init__(self, message: str, *, retry_after: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, retry_after: int | None = None, resets_at: str | None = None
+    ) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.resets_at = resets_at
 
 
 class TooManyWaits(AppError):

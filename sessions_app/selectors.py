@@ -11,7 +11,7 @@ from django.conf import settings
 
 from . import permissions, worktree_files
 from .errors import InvalidInput, NotFoundError
-from .models import Message, Part, Session
+from .models import HistoryEvent, Message, Part, Session
 
 
 def session_for_user(user, session_id: str) -> Session:  # noqa: ANN001
@@ -400,4 +400,23 @@ def lineage(session: Session, user) -> dict[str, Any]:  # noqa: ANN001
         "session": brief(session),
         "ancestors": list(reversed(ancestors)),
         "forks": [brief(s) for s in forks],
+        "origin": None if ancestors else fork_origin(session),
+    }
+
+
+def fork_origin(session: Session) -> dict[str, Any] | None:
+    """Where a fork whose source the caller may not open came from (a share of another
+    user's, the admin's fork of it, or a deleted session): the kind, and the source's title
+    and owner as they were when it was forked (its fork event). None for a session that is
+    not a fork."""
+    events = HistoryEvent.objects.filter(session=session, kind="fork").order_by("id")
+    event = events.only("data").first()
+    if event is None and not session.forked_from_session_id:
+        return None
+    data = event.data if event else {}
+    return {
+        "kind": session.lineage_kind or "fork",
+        "session_id": session.forked_from_session_id,
+        "title": data.get("source_title"),
+        "owner": data.get("source_owner"),
     }

@@ -17,13 +17,15 @@
 // a short one.
 import { renderInto } from "./markdown.js";
 import {
-  closeViewers, ctx, el, initShare, loadChanges, loadFiles, loadLineage, loadShare,
+  closeViewers, ctx, el, initShare, loadChanges, loadFiles, loadLineage, loadShare, when,
 } from "./panels.js";
 import { initSidebar, markCurrent } from "./sidebar.js";
 import { compareButton } from "./compare.js";
 import { alternativesButton, initAlternatives } from "./alternatives.js";
 import { initRepository, renderSource, showPrepare } from "./repository.js";
 import { hideFilesRewound, showFilesRewound, withRewindModes } from "./rewind.js";
+import { closeDrawers, initDrawers } from "./drawers.js";
+import { roving } from "./roving.js";
 
 const root = document.getElementById("chat");
 let sessionId = root.dataset.sessionId;
@@ -55,16 +57,33 @@ function csrf() {
   return m ? decodeURIComponent(m[1]) : "";
 }
 
+const UNREACHABLE = "The server cannot be reached right now; the chat reconnects by itself.";
+
 async function call(method, path, body) {
-  const res = await fetch(path, {
-    method,
-    credentials: "same-origin",
-    headers: { "Content-Type": "application/json", "X-CSRFToken": csrf() },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
+  let res;
+  try {
+    res = await fetch(path, {
+      method,
+      credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf() },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch {
+    // No answer at all (the browser says only "Failed to fetch"): the socket may not have
+    // noticed yet (a dropped network keeps it "open" for minutes), so it is tried again.
+    suspectConnection();
+    throw new Error(UNREACHABLE);
+  }
   const data = res.status === 204 ? null : await res.json().catch(() => null);
-  if (!res.ok) throw new Error(data?.error?.message || `HTTP ${res.status}`);
+  if (!res.ok) throw new Error(localTimes(data?.error?.message || `HTTP ${res.status}`, data?.error?.resets_at));
   return data;
+}
+
+function localTimes(message, resetsAt) {
+  // A refusal names its time in UTC, for every client; the chat says it as the budget line
+  // does (the browser's locale, the zone named).
+  if (!resetsAt) return message;
+  return message.replace(/(\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2} UTC/, when(resetsAt));
 }
 
 function showError(text) {
@@ -385,7 +404,7 @@ async function loadOlder() {
     order = [...ids, ...order.filter((id) => !ids.includes(id))];
     olderPage = page.previous;
     // Keep what the reader looks at in place while the older messages go in above it.
-    const scroller = document.scrollingElement;
+    const scroller = document.getElementById("messages");
     const fromBottom = scroller.scrollHeight - scroller.scrollTop;
     structural = true;
     flush(false);
@@ -533,7 +552,7 @@ function handle(ev) {
       if (m) { m.partIds = m.partIds.filter((id) => id !== ev.part_id); m.v = ++seq; }
       break;
     }
-    case "session.status": setStatus(ev.status); break;
+    case "session.status": unqueue(ev.run_id); setStatus(ev.status); break;
     case "session.prepare": showPrepare(ev); break;
     case "session.diff": loadFiles(); loadChanges(); break;
     case "session.updated": {
@@ -554,14 +573,15 @@ function handle(ev) {
       break;
     }
     case "run.updated":
-      if (ev.run.status === "error" && ev.run.error) showError(ev.run.error.message);
+      if (ev.run.status !== "pending") unqueue(ev.run.id);
+      if (ev.run.status === "error" && ev.run.error) showRunError(ev.run.error.message);
       if (["completed", "cancelled", "error"].includes(ev.run.status)) {
         // Everything the run stored is committed before this event: show exactly that.
         scheduleResync(true, 0);
         refreshTree();
         loadBudget();
         loadLineage(); // its cost per branch (own / inherited) moved
-        if (regenerating && ev.run.mode === "regenerate") setTimeout(regenerateOutcome, 400);
+        if (regenerating && ev.run.mode === "regenerate") setTimeout(() => regenerateOutcome(ev.run.id), 400);
       }
       break;
     default: return;
@@ -574,10 +594,15 @@ let currentStatus = "idle";
 function setStatus(status) {
   if (status !== currentStatus) globalV++;
   currentStatus = status;
-  const badge = document.getElementById("status");
-  badge.textContent = status;
-  badge.className = "badge " + status;
+  showBadge();
   updateControls();
+}
+
+function showBadge() {
+  const badge = document.getElementById("status");
+  const shown = offline ? "offline" : currentStatus;
+  badge.textContent = shown;
+  badge.className = "badge " + shown;
 }
 
 function lastTurnUnfinished() {
@@ -599,8 +624,24 @@ function lastTurnUnfinished() {
 function updateControls() {
   const busy = currentStatus === "busy";
   const waiting = currentStatus === "waiting";
-  document.getElementById("stop").hidden = !busy && !waiting;
-  document.getElementById("resume").hidden = busy || waiting || !lastTurnUnfinished();
+  document.getElementById("stop").hidden = offline || (!busy && !waiting);
+  document.getElementById("resume").hidden = offline || busy || waiting || !lastTurnUnfinished();
+  // While a run goes on, a message is queued behind it (Enter, "Queue") or sent in its place
+  // ("Interrupt and send"): the API's multitask strategies `enqueue` and `interrupt`.
+  const live = (busy || waiting) && !continueFrom;
+  const send = document.getElementById("send");
+  const label = live ? "Queue" : "Send";
+  if (send.textContent !== label) {
+    send.textContent = label;
+    send.title = live ? "Send your message when the current run ends" : "";
+    document.getElementById("composer-hint").textContent = live
+      ? "A run is going on: Enter queues your message after it; Interrupt and send stops it"
+      : "Enter sends · Shift+Enter adds a line";
+    document.getElementById("prompt").placeholder = live
+      ? "Queue a message for after this run (Enter), or interrupt it"
+      : "Message the agent (Enter sends, Shift+Enter adds a line)";
+  }
+  document.getElementById("interrupt").hidden = offline || !live;
 }
 
 // -- parts ---------------------------------------------------------------------------------
@@ -701,7 +742,9 @@ function partNode(p, m, dimmed) {
       more.addEventListener("click", () => showWholePart(p.id));
       node.append(more);
     }
-    if (p.type === "tool" && m.role === "assistant") node.append(revertButton(m.id, p.id));
+    if (p.type === "tool" && m.role === "assistant") {
+      node.append(roving(revertButton(m.id, p.id), "Revert to this tool call"));
+    }
   }
   partNodes.set(p.id, { key, node });
   return node;
@@ -800,6 +843,7 @@ async function doRevert(messageId, partId, mode = "both") {
     }
     render();
     loadFiles();
+    loadChanges();
   } catch (err) { showError(err.message); }
 }
 
@@ -818,6 +862,7 @@ async function revertMove(path) {
     if (path === "/cleanup/") await loadMessages(false);
     render();
     loadFiles();
+    loadChanges();
   } catch (err) { showError(err.message); }
 }
 
@@ -927,12 +972,14 @@ function reconcile(parent, nodes) {
   }
 }
 
-// Whether the reader is at the end, from an observer of the composer (reading the scroll
-// position in every render would force a layout each time).
+// Whether the reader is at the end of the conversation (the pane that scrolls; the message
+// box stays in sight below it), read when the pane scrolls: reading the scroll position in
+// every render would force a layout each time.
 let readerAtEnd = true;
-new IntersectionObserver((entries) => {
-  readerAtEnd = entries[entries.length - 1].isIntersecting;
-}, { rootMargin: "0px 0px 160px 0px" }).observe(document.getElementById("composer"));
+document.getElementById("messages").addEventListener("scroll", (e) => {
+  const pane = e.currentTarget;
+  readerAtEnd = pane.scrollHeight - pane.scrollTop - pane.clientHeight < 160;
+}, { passive: true });
 
 function flush(follow) {
   if (frame) { cancelAnimationFrame(frame); frame = 0; }
@@ -984,7 +1031,8 @@ function flush(follow) {
 
 function scrollToEnd() {
   stickToEnd = false;
-  document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;
+  const scroller = document.getElementById("messages");
+  scroller.scrollTop = scroller.scrollHeight;
 }
 
 function messageNode(m, dim, isLastAnswer) {
@@ -1009,7 +1057,13 @@ function messageNode(m, dim, isLastAnswer) {
       if (node) kids.push(node);
     }
   }
-  if (m.error && m.error.message) kids.push(el("div", "msg-error", m.error.message));
+  const note = stoppedNote(m);
+  if (note) kids.push(note);
+  else if (m.error && m.error.message) {
+    kids.push(el("div", "msg-error", m.error.message));
+    // The model's error is shown here, in its message: not a second time above the box.
+    if (document.getElementById("error").textContent === m.error.message) showError("");
+  }
   if (spent) kids.push(el("div", "usage muted", spent));
   if (!kids.length) {
     msgNodes.delete(m.id);
@@ -1020,6 +1074,25 @@ function messageNode(m, dim, isLastAnswer) {
   reconcile(div, kids);
   msgNodes.set(m.id, { key, node: div });
   return div;
+}
+
+function stoppedNote(m) {
+  // A stopped answer says so, quietly: while it is left unfinished (Stop, a crash), and
+  // after a resume closed it with the seed's "not completed before recovery" (kept in the
+  // data, shown as its title).
+  if (m.role !== "assistant") return null;
+  const recovered = m.error?.reason === "UnfinishedAssistantMessage";
+  const live = currentStatus === "busy" || currentStatus === "waiting";
+  if (!recovered && (m.completed_at || m.error || live || !m.partIds.length)) return null;
+  const note = el("div", "msg-note stopped", "Stopped");
+  note.title = recovered ? m.error.message : "The answer was stopped here; Resume answers again.";
+  return note;
+}
+
+function showRunError(message) {
+  // A run's error (the model failed) is shown once: in its message, when the message has it.
+  const shown = order.some((id) => messages.get(id)?.error?.message === message);
+  if (!shown) showError(message);
 }
 
 function lastAnswerId() {
@@ -1095,7 +1168,8 @@ function messageActions(m, isLastAnswer) {
   moves.append(compareButton(m));
   moves.append(revertButton(m.id));
   bar.append(moves);
-  return bar;
+  // One tab stop for the whole bar; the arrow keys go from move to move.
+  return roving(bar, m.role === "user" ? "Moves of your message" : "Moves of the answer");
 }
 
 // -- edit and resend -----------------------------------------------------------------------
@@ -1215,14 +1289,18 @@ async function regenerate(runId, messageId) {
   }
 }
 
-function regenerateOutcome() {
+function regenerateOutcome(runId) {
   // Say what came of it: a new answer equal to the old one would otherwise look like nothing.
+  // The switcher ‹ › is named only where it is shown (the earlier answer is kept beside the
+  // new one); a regenerate that replaces the answer has none.
   if (!regenerating) return;
   const now = textOf(messages.get(lastAnswerId()));
   const same = now === regenerating.before;
   regenerating = null;
-  notice(same ? "Regenerated: the new answer is the same as before (‹ › shows both)."
-    : "Regenerated: a new answer (‹ › shows the earlier one).");
+  const first = messages.get(order.find((id) => messages.get(id)?.run_id === runId));
+  const both = (children.get(first?.parent_id || "") || []).length > 1;
+  if (same) notice(`Regenerated: the same answer again${both ? " (‹ › switches between the two)" : ""}.`);
+  else notice(both ? "Regenerated: a new answer (‹ › shows the earlier one)." : "Regenerated: a new answer in place of the earlier one.");
 }
 
 async function rollback() {
@@ -1241,35 +1319,101 @@ async function rollback() {
 // The socket comes first, then the state over the API, then the events that came meanwhile.
 // When the socket drops (a server restart), it is opened again, and once it is open the
 // state is read again (it may have moved on while the socket was down).
+//
+// While the socket is down the chat is offline: a bar says "Reconnecting…" and counts down to
+// the next try (1 s, doubling up to 8 s; "Try now" tries at once), the badge says "offline"
+// rather than a status nobody can know, and a send is refused before it is tried (the text
+// stays in the box).
 let socket = null;
 let everOpened = false;
+let offline = false;
+let retryDelay = 1000;
+let retryTimer = 0;
+let retryAt = 0;
+let countdown = 0;
+const NOT_SENT = "You are offline: the message was not sent. It stays in the box; send it again once the chat has reconnected.";
+
+function setOffline(on) {
+  if (on === offline) return;
+  offline = on;
+  document.getElementById("connection-bar").hidden = !on;
+  clearInterval(countdown);
+  if (on) countdown = setInterval(showCountdown, 250);
+  else retryDelay = 1000;
+  if (!on && document.getElementById("error").textContent === NOT_SENT) showError("");
+  showBadge();
+  updateControls();
+}
+
+function showCountdown() {
+  const left = Math.ceil((retryAt - Date.now()) / 1000);
+  document.getElementById("connection-text").textContent = retryTimer && left > 0
+    ? `Reconnecting… The server cannot be reached; next try in ${left} s.`
+    : "Reconnecting…";
+}
+
+function scheduleReconnect() {
+  clearTimeout(retryTimer);
+  retryAt = Date.now() + retryDelay;
+  retryTimer = setTimeout(() => { retryTimer = 0; connect(); }, retryDelay);
+  retryDelay = Math.min(retryDelay * 2, 8000);
+  setOffline(true);
+  showCountdown();
+}
+
+function reconnectNow() {
+  if (!retryTimer) return; // a try is under way
+  clearTimeout(retryTimer);
+  retryTimer = 0;
+  showCountdown();
+  connect();
+}
+
+function suspectConnection() {
+  // A request got no answer while the socket looks open: it is closed, and its close starts
+  // the reconnecting above.
+  if (socket && socket.readyState === WebSocket.OPEN) socket.close();
+}
+
 function connect() {
   const proto = location.protocol === "https:" ? "wss" : "ws";
   const sid = sessionId;
+  clearTimeout(retryTimer);
+  retryTimer = 0;
   return new Promise((resolve) => {
     const ws = new WebSocket(`${proto}://${location.host}/ws/sessions/${sid}/`);
     socket = ws;
     ws.onmessage = (msg) => {
       if (ws !== socket) return;
       const ev = JSON.parse(msg.data);
+      if (ev.type === "subscribed") {
+        // Events reach this socket from here on (the server accepts a socket before it
+        // joins the session's group): a socket that opened again catches up from now.
+        const again = everOpened;
+        if (again) restart();
+        everOpened = true;
+        resolve(again);
+      }
       if (ready) handle(ev); else buffered.push(ev);
     };
     ws.onopen = () => {
-      resolve();
-      if (everOpened) restart();
-      everOpened = true;
+      setOffline(false);
     };
     ws.onclose = (e) => {
       if (ws !== socket) return; // a socket of a session we left
       if (e.code === 4403) return showError("You may not see this session.");
       ready = false;
-      setTimeout(connect, 1000);
+      scheduleReconnect();
     };
   });
 }
 
+let restarts = 0; // a socket that opened again starts its own catch-up; an older one stops
+
 async function restart() {
+  const mine = ++restarts;
   for (let attempt = 0; attempt < 30; attempt++) {
+    if (mine !== restarts) return;
     try {
       await start(true);
       return;
@@ -1281,6 +1425,14 @@ async function restart() {
 }
 
 const PERMISSION_TOOLS = ["write", "append", "delete", "shell", "read", "list", "wait"];
+const toolsOff = new Map(); // tool -> why the deployment disables it (GET /api/tools/)
+
+async function loadTools() {
+  const tools = await call("GET", "/api/tools/").catch(() => null);
+  toolsOff.clear();
+  for (const t of tools?.results || []) if (!t.available) toolsOff.set(t.name, t.reason || "off");
+  renderPermissions();
+}
 
 function renderPermissions() {
   // One choice per tool in the session menu; a tool with pattern rules shows them as set
@@ -1295,6 +1447,19 @@ function renderPermissions() {
     const pick = el("select");
     pick.setAttribute("aria-label", `Permission for ${tool}`);
     pick.dataset.tool = tool;
+    const off = toolsOff.get(tool);
+    if (off) {
+      // Disabled by the deployment: no rule can turn it on, and the menu says so.
+      const o = el("option", "", "off");
+      o.value = "off";
+      pick.append(o);
+      pick.disabled = true;
+      pick.title = off;
+      label.title = off;
+      label.append(pick);
+      rows.push(label);
+      continue;
+    }
     const current = typeof rule === "string" ? rule : rule ? "patterns" : "allow";
     for (const value of ["allow", "ask", "deny", ...(current === "patterns" ? ["patterns"] : [])]) {
       const o = el("option", "", value === "patterns" ? "by pattern" : value);
@@ -1358,7 +1523,7 @@ async function loadBudget() {
     const q = data.quotas[name];
     if (!q || q.limit === null || q.remaining === null) continue;
     let line = words(q);
-    if (q.remaining <= 0 && q.resets_at) line += ` (back ${new Date(q.resets_at).toLocaleString()})`;
+    if (q.remaining <= 0 && q.resets_at) line += ` (back ${when(q.resets_at)})`;
     if (q.limit && q.remaining / q.limit < 0.2) low = true;
     lines.push(line);
   }
@@ -1391,9 +1556,11 @@ async function start(again = false) {
   showTitle();
   setStatus(session.status);
   renderPermissions();
+  if (!again) loadTools();
   ready = true;
   for (const ev of buffered.splice(0)) handle(ev);
   flush(true);
+  if (!again) focusPrompt();
   loadTree().then(() => { if (sid === sessionId) render(); }, () => {});
   loadBudget();
   renderModelPicker().catch(() => {});
@@ -1401,6 +1568,15 @@ async function start(again = false) {
   loadChanges();
   loadLineage();
   loadShare();
+}
+
+function focusPrompt() {
+  // A chat that opens is ready to type in; not where a touch keyboard would cover half the
+  // screen unasked, nor away from a field the reader is typing in.
+  if (matchMedia("(hover: none) and (pointer: coarse)").matches) return;
+  const at = document.activeElement;
+  if (at && at !== document.body && at.matches("input, textarea, select")) return;
+  document.getElementById("prompt").focus({ preventScroll: true });
 }
 
 async function switchSession(id, push = true) {
@@ -1423,42 +1599,117 @@ async function switchSession(id, push = true) {
   editing.clear();
   olderPage = null;
   revertPrompt = null;
+  queued.clear();
+  showQueued();
   globalV++;
   showError("");
   notice("");
   closeViewers();
+  closeDrawers();
   document.getElementById("session-menu").open = false;
   markCurrent(id);
   flush(false);
   try {
-    await connect();
-    await start();
+    await openChat();
   } catch (err) { showError(err.message); }
 }
 
+async function openChat() {
+  // The socket and the first read at once: the socket's handshake (accept, login, joining
+  // the session's group) no longer holds back what the reader came for. The read may be
+  // answered before the socket is subscribed; what was published in between reached
+  // neither, so the chat then checks it missed nothing (`caughtUp`).
+  const subscribed = connect();
+  await start();
+  subscribed.then((restarted) => { if (!restarted) caughtUp(); });
+}
+
+async function caughtUp() {
+  // A live session catches up as after a reconnect (its run goes on); an idle one only when
+  // it moved since it was read (a run started in another tab, a revert elsewhere).
+  const seen = session;
+  if (!seen) return;
+  if (LIVE.includes(seen.status)) return restart();
+  const sid = sessionId;
+  const now = await call("GET", api("/")).catch(() => null);
+  const known = session; // what the chat shows now (events since may have moved it)
+  if (!now || !known || sid !== sessionId) return;
+  if (now.status !== known.status || now.head_message_id !== known.head_message_id
+    || now.updated_at !== known.updated_at) restart();
+}
+
 // -- the composer and the menu -----------------------------------------------------------
-document.getElementById("composer").addEventListener("submit", async (e) => {
-  e.preventDefault();
+let sending = false; // a send is under way: Enter pressed twice sends once
+
+async function sendPrompt(strategy) {
   const input = document.getElementById("prompt");
   const text = input.value.trim();
-  if (!text) return;
+  if (!text || sending) return;
+  if (offline) return showError(NOT_SENT);
   showError("");
+  sending = true;
   try {
     if (continueFrom) {
       await call("POST", `/api/runs/${continueFrom.run_id}/continue/`, { continue_from: continueFrom.index, input: text });
       continueFrom = null;
       renderContinueBar();
     } else {
-      await call("POST", api("/runs/"), { messages: [{ role: "user", content: text }] });
+      const body = { messages: [{ role: "user", content: text }] };
+      if (strategy) body.multitask_strategy = strategy;
+      const run = await call("POST", api("/runs/"), body);
+      if (strategy === "enqueue" && run?.status === "pending") showQueued(run.id, text);
+      if (strategy === "interrupt") notice("Interrupting the current run: your message goes next.");
     }
     input.value = "";
     revertPrompt = null;
     stickToEnd = true;
   } catch (err) {
-    showError(err.message);
+    showError(err.message === UNREACHABLE ? NOT_SENT : err.message);
     loadBudget();
+  } finally {
+    sending = false;
+    input.focus();
   }
+}
+
+// Messages queued behind the run that holds the session: said under the box until their run
+// starts (or is cancelled here).
+const queued = new Map(); // run id -> text
+
+function showQueued(runId, text) {
+  if (runId) queued.set(runId, text);
+  const box = document.getElementById("queued");
+  box.hidden = !queued.size;
+  if (!queued.size) { box.replaceChildren(); return; }
+  const [first, words] = queued.entries().next().value; // the oldest: the next to run
+  const short = words.replace(/\s+/g, " ");
+  const more = queued.size > 1 ? ` (and ${queued.size - 1} more)` : "";
+  const cancel = el("button", "secondary small", "Cancel");
+  cancel.type = "button";
+  cancel.setAttribute("aria-label", "Cancel the queued message");
+  cancel.addEventListener("click", async () => {
+    showError("");
+    try {
+      await call("POST", `/api/runs/${first}/cancel/`, {});
+      queued.delete(first);
+      showQueued();
+    } catch (err) { showError(err.message); }
+  });
+  box.replaceChildren(
+    el("span", "", `Queued: “${short.length > 60 ? short.slice(0, 59) + "…" : short}”${more} — sent when the current run ends.`),
+    cancel,
+  );
+}
+
+function unqueue(runId) {
+  if (queued.delete(runId)) showQueued();
+}
+
+document.getElementById("composer").addEventListener("submit", (e) => {
+  e.preventDefault();
+  sendPrompt(LIVE.includes(currentStatus) ? "enqueue" : undefined);
 });
+document.getElementById("interrupt").addEventListener("click", () => sendPrompt("interrupt"));
 document.getElementById("rollback").addEventListener("click", rollback);
 document.getElementById("fork-session").addEventListener("click", () => forkAt(null));
 document.getElementById("model-picker").addEventListener("change", async (e) => {
@@ -1476,11 +1727,21 @@ document.getElementById("compact").addEventListener("click", async () => {
   await call("POST", api("/compact/"), {}).catch((err) => showError(err.message));
 });
 document.getElementById("prompt").addEventListener("keydown", (e) => {
-  if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) document.getElementById("send").click();
+  // Enter (or Ctrl/⌘+Enter) sends; Shift+Enter makes a new line. An Enter that confirms an
+  // input method's composition (Japanese, Chinese…) is the composition's, not a send.
+  if (e.key !== "Enter" || e.isComposing || e.keyCode === 229 || e.shiftKey || e.altKey) return;
+  e.preventDefault();
+  document.getElementById("composer").requestSubmit();
 });
+document.getElementById("reconnect-now").addEventListener("click", reconnectNow);
+window.addEventListener("online", reconnectNow);
+window.addEventListener("offline", suspectConnection);
 document.getElementById("resume").addEventListener("click", async () => {
   showError("");
-  await call("POST", api("/runs/"), { mode: "resume" }).catch((err) => showError(err.message));
+  try {
+    await call("POST", api("/runs/"), { mode: "resume" });
+    notice("Resumed: the agent answers again from the last step; the stopped text stays above.");
+  } catch (err) { showError(err.message); }
 });
 document.getElementById("stop").addEventListener("click", async () => {
   await call("POST", api("/abort/"), {}).catch((err) => showError(err.message));
@@ -1497,10 +1758,10 @@ window.addEventListener("popstate", () => {
   if (match) switchSession(match[1], false);
 });
 initShare();
+initDrawers();
 initRepository(() => sessionId);
 initAlternatives({ call, sessionId: () => sessionId, showError, reload: () => scheduleReload(0) });
 
-await connect();
-await start();
+await openChat();
 // The session list comes after the conversation (it is not what the reader came for).
 initSidebar({ call, showError, open: (id) => switchSession(id), current: () => sessionId });

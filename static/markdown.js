@@ -173,7 +173,7 @@ function fragmentOf(html) {
     box.className = "md-code";
     pre.tabIndex = 0;
     pre.replaceWith(box);
-    box.append(pre, copyButton(pre));
+    box.append(copyButton(pre), pre); // above the code, never over it
   }
   for (const table of fragment.querySelectorAll("table")) {
     const box = document.createElement("div");

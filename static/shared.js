@@ -5,7 +5,7 @@ import { renderInto } from "./markdown.js";
 const token = document.getElementById("shared").dataset.token;
 const view = document.getElementById("file-view");
 
-for (const text of document.querySelectorAll("#messages .msg.assistant > .text")) {
+for (const text of document.querySelectorAll("#messages .msg.assistant > .text, #messages .compaction > .text")) {
   renderInto(text, text.textContent);
 }
 

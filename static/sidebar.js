@@ -1,6 +1,7 @@
 // The session list beside the chat: search, a new session, and switching sessions in place
 // (the chat swaps its socket and state; the page is not reloaded).
 import { el } from "./panels.js";
+import { closeDrawers } from "./drawers.js";
 
 let app = null; // {call, showError, open(id), current()}
 let searchTimer = null;
@@ -27,7 +28,7 @@ async function load() {
     a.addEventListener("click", (e) => {
       if (e.ctrlKey || e.metaKey || e.shiftKey || e.button !== 0) return; // a new tab: as a link
       e.preventDefault();
-      document.getElementById("chat").classList.remove("sidebar-open");
+      closeDrawers();
       app.open(s.id);
     });
     li.append(a);
@@ -58,12 +59,6 @@ export function initSidebar(options) {
       await load();
       app.open(made.id);
     } catch (err) { app.showError(err.message); }
-  });
-  document.getElementById("sidebar-toggle").addEventListener("click", () => {
-    const chat = document.getElementById("chat");
-    const open = chat.classList.toggle("sidebar-open");
-    document.getElementById("sidebar-toggle").setAttribute("aria-expanded", String(open));
-    if (open) document.getElementById("sidebar-search").focus();
   });
   load();
 }

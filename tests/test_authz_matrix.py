@@ -33,6 +33,7 @@ API = {
     "api/usage/": "collection",  # the caller's usage (a superuser may name another user)
     "api/usage/quota/": "collection",
     "api/models/": "collection",  # the deployment's list: any logged-in user, nothing of others
+    "api/tools/": "collection",  # likewise: the tools and whether shell is on
     "api/schema/": "public",
     "api/docs/": "public",
     "api/shared/<str:token>/": "shared",

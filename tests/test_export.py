@@ -82,7 +82,7 @@ def canonical(sid: str) -> dict[str, Any]:
         revert["part_id"] = rank.get(revert["part_id"])
     return {
         "session": (
-            session.title,
+            session.title.removesuffix(" (imported)"),  # the import says it is one
             session.model,
             session.system_prompt,
             session.checkpoint,
@@ -189,7 +189,7 @@ def test_a_round_trip_keeps_every_branch_part_run_file_and_the_head(api, owner):
     body = created.json()
     new = body["id"]
     assert new != sid and body["owner"] == owner.pk and body["status"] == "idle"
-    assert body["title"] == "Round trip" and body["system_prompt"] == "Be brief."
+    assert body["title"] == "Round trip (imported)" and body["system_prompt"] == "Be brief."
     assert body["permissions"]["write"] == {"secret/**": "deny"}
     mine, theirs = canonical(new), canonical(sid)
     assert mine["session"] == theirs["session"]

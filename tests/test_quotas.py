@@ -236,6 +236,8 @@ def test_a_refused_request_is_a_429_naming_the_limit_with_retry_after(api, owner
                     "type": "QuotaExceeded",
                     "message": "You have used 1 of your 1 runs per minute;"
                     " the next one is allowed at 12:01:00 UTC.",
+                    # The moment itself, for clients that say it in the reader's own zone.
+                    "resets_at": NOON.replace(minute=1).isoformat().replace("+00:00", "Z"),
                 }
             }
             assert response["Retry-After"] == "60"

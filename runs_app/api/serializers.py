@@ -486,3 +486,14 @@ class SessionExportOut(Out):
     missing_objects = serializers.ListField(
         child=serializers.CharField(), required=False, help_text="Objects the store had lost."
     )
+
+
+class ToolOut(Out):
+    name = serializers.CharField()
+    side_effects = serializers.BooleanField()
+    available = serializers.BooleanField(help_text="False where the deployment disables it.")
+    reason = serializers.CharField(help_text="Why it is not available ('' when it is).")
+
+
+class ToolsOut(Out):
+    results = ToolOut(many=True)

@@ -25,13 +25,14 @@ from sessions_app.models import Share
 from sessions_app.selectors import session_data
 from sessions_app.services import downloads, sharing
 
-from .. import waits
+from .. import sandbox, waits
 from ..models import Run
 from ..runtime import enqueue
 from ..selectors import checkpoint_timeline, run_data, run_for_user, session_runs
 from ..services import approvals, branching, export, importing
 from ..services import fork as fork_services
 from ..services import runs as run_services
+from ..tools import TOOLS
 from ..transcript import model_messages
 from .parsers import ImportJSONParser
 from .serializers import (
@@ -46,6 +47,7 @@ from .serializers import (
     RunsQueryIn,
     RunStreamIn,
     SessionExportOut,
+    ToolsOut,
     TranscriptEntryOut,
     TranscriptQueryIn,
 )
@@ -267,3 +269,26 @@ class SessionImportViewSet(ApiViewSet):
         files, under new ids (the body may be up to ``IMPORT_MAX_BODY_BYTES``)."""
         session = importing.import_session(user=request.user, document=request.data)
         return Response(session_data(session), status=status.HTTP_201_CREATED)
+
+
+class ToolViewSet(ApiViewSet):
+    # ``GET /api/tools/``: the deployment's tools and whether each can run here.
+
+    @extend_schema(responses={200: ToolsOut})
+    def list(self, request: Request) -> Response:
+        """Every tool a permission can name; ``shell`` is ``available: false``, with the
+        sentence why, where the deployment disables it or its sandbox cannot start."""
+        shell_off = sandbox.unavailable_reason()
+        return Response(
+            {
+                "results": [
+                    {
+                        "name": t.name,
+                        "side_effects": t.side_effects,
+                        "available": not (t.name == "shell" and shell_off),
+                        "reason": shell_off if t.name == "shell" else "",
+                    }
+                    for t in TOOLS.values()
+                ]
+            }
+        )

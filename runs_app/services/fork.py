@@ -23,7 +23,7 @@ is the one cost of a fork that follows the worktree's size: every file written, 
 (``./dev bench --only repo``: 500 MB, 50,000 files, 13-31 s and 100% of the worktree's disk on
 this 2-core ext4 machine). Neither hard links (the agent's shell writes files in place) nor
 reflinks (ext4 has none) can share the bytes; a worktree checked out lazily, on the first
-access that needs it, is the way left to make a fork cost what it changes (see the README).
+access that needs it, is the way left to make a fork cost what it changes (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from sessions_app import ids, snapshots
 from sessions_app.models import HistoryEvent, Message, Part, Session, Share
 from sessions_app.selectors import fork_point
 from sessions_app.services.revert import changes_summary
-from sessions_app.services.sessions import check_session_quota
+from sessions_app.services.sessions import check_session_quota, fork_title
 
 from ..models import Run
 
@@ -233,16 +233,18 @@ def fork_session(
     user,  # noqa: ANN001
     message_id: str | None = None,
     title: str = "",
+    kind: str = "",
 ) -> Session:
     """Rule 5.5: the path root → ``message_id`` (default: the head, before a pending revert's
     boundary) and the files there. Reads only what is persisted, so forking a busy session
-    is fine."""
+    is fine. ``kind`` ``"admin"``: the admin's fork action (the lists name it so)."""
     return copy_path(
         source=source,
         user=user,
         leaf=fork_point(source, message_id),
         title=title,
         system_prompt=source.system_prompt,
+        kind=kind,
     )
 
 
@@ -254,14 +256,17 @@ def copy_path(
     title: str = "",
     tree: str | None = None,
     system_prompt: str = "",
+    kind: str = "",
 ) -> Session:
     """A new session of ``user`` with exactly the path root → ``leaf`` (``None``: the empty
     conversation; never "the head") and the files of ``tree`` (default: the tree recorded at
-    ``leaf``)."""
+    ``leaf``). Untitled, it is ``Fork of <title>`` (``Fork 2 of …`` when the user has that
+    one). ``kind`` is its ``lineage_kind`` (``share``, ``admin``, ``alternative``)."""
     fork = Session(
         id=ids.session_id(),
         owner=user,
-        title=(title or f"Fork of {source.title}".strip())[:200],
+        title=title[:200],
+        lineage_kind=kind,
         model=source.model,
         system_prompt=system_prompt,
         checkpoint=source.checkpoint,
@@ -280,6 +285,7 @@ def copy_path(
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             check_session_quota(user)
+            fork.title = fork.title or fork_title(user, source.title)
             fork.save(force_insert=True)
             if leaf:
                 _walk(cursor, source, leaf, fork.id, now_ms)
@@ -290,7 +296,15 @@ def copy_path(
                 session=fork,
                 kind="fork",
                 created_by=user,
-                data={"source_session_id": source.id, "message_id": leaf, "snapshot": tree},
+                data={
+                    "source_session_id": source.id,
+                    "message_id": leaf,
+                    "snapshot": tree,
+                    # Where it came from, as the forker saw it then: the lineage panel names
+                    # it when the source is not the forker's to open (a share, the admin).
+                    "source_title": source.title,
+                    "source_owner": source.owner.get_username(),
+                },
             )
             # The files last, still inside the transaction: if git fails, no rows remain.
             snap.adopt_objects_of(snapshots.for_session(source))
@@ -327,7 +341,8 @@ def fork_shared(*, share: Share, user, title: str = "") -> Session:  # noqa: ANN
         source=source,
         user=user,
         leaf=share.message_id,
-        title=title or f"Fork of {source.title}".strip(),
+        title=title,
+        kind="share",
         tree=share.snapshot or snapshots.EMPTY_TREE,
         system_prompt=source.system_prompt if share.include_system_prompt else "",
     )

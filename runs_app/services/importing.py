@@ -37,7 +37,7 @@ from django.utils import timezone
 from sessions_app import ids, models_catalog, snapshots
 from sessions_app.errors import InvalidInput
 from sessions_app.models import HistoryEvent, Message, Part, Session
-from sessions_app.services.sessions import check_session_quota
+from sessions_app.services.sessions import check_session_quota, imported_title
 
 from ..models import Run, run_id
 from .export import snapshot_names
@@ -66,6 +66,7 @@ def import_session(*, user, document: Any) -> Session:  # noqa: ANN001
     try:
         with transaction.atomic():
             check_session_quota(user)
+            session.title = imported_title(user, session.title)
             session.save(force_insert=True)
             created = [r.created_at for r in runs]
             Run.objects.bulk_create(runs, batch_size=BATCH)
@@ -100,7 +101,7 @@ def _session(user, plan: ImportPlan, message_ids: dict[str, str]) -> Session:  #
     return Session(
         id=ids.session_id(),
         owner=user,
-        title=data["title"] or "Imported session",
+        title=data["title"],  # made "… (imported)" when it is saved
         model=model,
         system_prompt=data["system_prompt"],
         checkpoint=data["checkpoint"],

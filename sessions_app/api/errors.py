@@ -75,7 +75,10 @@ def _error_response(exc: Exception) -> Response | None:
     if isinstance(exc, AppError):
         retry_after = getattr(exc, "retry_after", None)
         headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
-        return Response(error_body(exc.type, exc.message), status=exc.status_code, headers=headers)
+        body = error_body(exc.type, exc.message)
+        if getattr(exc, "resets_at", None):
+            body["error"]["resets_at"] = exc.resets_at
+        return Response(body, status=exc.status_code, headers=headers)
     if isinstance(exc, Http404):
         message = str(exc) if str(exc) and "matches the given query" not in str(exc) else ""
         return Response(error_body("NotFound", message or "Not found."), status=404)

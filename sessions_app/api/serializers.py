@@ -518,7 +518,9 @@ class SessionOut(Out):
     forked_from_session_id = serializers.CharField(allow_null=True)
     forked_from_message_id = serializers.CharField(allow_null=True)
     lineage_kind = serializers.CharField(
-        allow_null=True, help_text='"alternative" for one of N alternatives; null otherwise.'
+        allow_null=True,
+        help_text='"alternative" for one of N alternatives, "share" for a fork of a share'
+        ' link, "admin" for the admin\'s fork action; null otherwise.',
     )
     alternative_group = serializers.CharField(allow_null=True)
     model = serializers.CharField()
@@ -696,15 +698,29 @@ class SessionBriefOut(Out):
     forked_from_message_id = serializers.CharField(allow_null=True)
     created_at = serializers.DateTimeField()
     lineage_kind = serializers.CharField(
-        allow_null=True, help_text='"fork", "alternative", or null for a session not forked.'
+        allow_null=True,
+        help_text='"fork", "share" (forked from a share link), "admin" (the admin\'s fork'
+        ' action), "alternative", or null for a session not forked.',
     )
     alternative_group = serializers.CharField(allow_null=True)
+
+
+class ForkOriginOut(Out):
+    kind = serializers.CharField(help_text='"fork", "share" or "admin".')
+    session_id = serializers.CharField(allow_null=True)
+    title = serializers.CharField(allow_null=True, help_text="The source's title when forked.")
+    owner = serializers.CharField(allow_null=True, help_text="The source's owner (username).")
 
 
 class LineageOut(Out):
     session = SessionBriefOut()
     ancestors = SessionBriefOut(many=True, help_text="Root first.")
     forks = SessionBriefOut(many=True, help_text="The caller's own only.")
+    origin = ForkOriginOut(
+        allow_null=True,
+        help_text="A fork whose source the caller may not open (a share, the admin's fork):"
+        " where it came from. Null when the source is in ``ancestors`` or for no fork.",
+    )
 
 
 class ShareLinkOut(Out):

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import re
 import shutil
+from collections.abc import Callable
 from contextlib import nullcontext
 
 from django.conf import settings
@@ -63,6 +65,42 @@ def check_session_quota(owner) -> None:  # noqa: ANN001
     quotas.check_sessions(
         user_id=owner.pk, count=lambda: Session.objects.filter(owner_id=owner.pk).count()
     )
+
+
+def free_title(owner, make: Callable[[int], str]) -> str:  # noqa: ANN001
+    """The first of ``make(1)``, ``make(2)``, … that none of ``owner``'s sessions is titled:
+    a fork or an import never shows in the list under a title already there. Call inside
+    the transaction that saves the session, after ``check_session_quota`` (the owner's row
+    is locked, so two forks at once do not both take the same number)."""
+    for first in range(1, 10_000, 50):
+        names = [make(n)[:200] for n in range(first, first + 50)]
+        taken = set(
+            Session.objects.filter(owner_id=owner.pk, title__in=names).values_list(
+                "title", flat=True
+            )
+        )
+        for name in names:
+            if name not in taken:
+                return name
+    return make(1)[:200]
+
+
+def fork_title(owner, source_title: str) -> str:  # noqa: ANN001
+    """``Fork of <title>``, then ``Fork 2 of <title>``, … (CONTRACT "History moves")."""
+    base = source_title.strip()[:180]
+    return free_title(owner, lambda n: f"Fork of {base}" if n == 1 else f"Fork {n} of {base}")
+
+
+IMPORTED = re.compile(r" \(imported(?: \d+)?\)$")
+
+
+def imported_title(owner, title: str) -> str:  # noqa: ANN001
+    """``<title> (imported)``, then ``<title> (imported 2)``, … (an export of an import is
+    not ``(imported) (imported)``)."""
+    base = IMPORTED.sub("", title.strip())[:180]
+    if not base:
+        return free_title(owner, lambda n: "Imported session" + (f" {n}" if n > 1 else ""))
+    return free_title(owner, lambda n: f"{base} (imported)" if n == 1 else f"{base} (imported {n})")
 
 
 def rename_session(*, session: Session, title) -> Session:  # noqa: ANN001

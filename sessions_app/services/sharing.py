@@ -150,6 +150,8 @@ def _first_snapshot(ids: list[str]) -> str | None:
 
 
 def _readable(message: dict[str, Any]) -> dict[str, Any]:
+    # A compaction's message is the divider that opens to its summary, not a bubble.
+    message["compaction"] = any(p["type"] == "compaction" for p in message["parts"])
     for part in message["parts"]:
         if part["type"] == "tool":
             part["input_text"] = json.dumps(

@@ -1,8 +1,9 @@
 """Accessibility, checked by axe-core (vendored in static/vendor/axe-core/) in a real browser:
 the login page, the session list, a chat page with a finished conversation that called a tool
 and answered in Markdown (its session menu closed and open) and the shared page have no
-violation of impact "serious" or "critical". axe is loaded from /static/, so it runs under the
-page's own Content-Security-Policy, as the pages do."""
+violation of impact "serious" or "critical", in the light and in the dark colour scheme. axe
+is loaded from /static/, so it runs under the page's own Content-Security-Policy, as the pages
+do."""
 
 from __future__ import annotations
 
@@ -76,9 +77,13 @@ def _violations(page, server, name: str) -> list[dict]:
     return blocking
 
 
-def test_pages_have_no_serious_accessibility_violations(page, server):
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_pages_have_no_serious_accessibility_violations(page, server, scheme):
+    # Both colour schemes (static/theme.js follows the browser's prefers-color-scheme).
+    page.emulate_media(color_scheme=scheme)
     blocking: list[dict] = []
     page.goto(f"{server.url}/login/")
+    assert page.evaluate("() => document.documentElement.dataset.theme") == scheme
     blocking += _violations(page, server, "login")
 
     login(page, server)

@@ -46,7 +46,9 @@ def test_the_gutter_names_each_line_s_step_and_a_click_goes_to_its_message(page,
     target = first.get_attribute("data-message-id")
     assert target
     message = page.locator(f'.msg[data-message-id="{target}"]')
-    page.evaluate("() => window.scrollTo(0, document.scrollingElement.scrollHeight)")
+    page.evaluate(
+        "() => { const m = document.getElementById('messages'); m.scrollTop = m.scrollHeight; }"
+    )
     page.wait_for_timeout(200)
     assert not _in_view(page, target)
     first.click()
@@ -60,8 +62,10 @@ def test_the_gutter_names_each_line_s_step_and_a_click_goes_to_its_message(page,
 
 
 _IN_VIEW = """(id) => {
+  // In sight in the conversation's pane (only the pane scrolls).
   const r = document.querySelector(`.msg[data-message-id="${id}"]`).getBoundingClientRect();
-  return r.top >= 0 && r.bottom <= window.innerHeight;
+  const pane = document.getElementById('messages').getBoundingClientRect();
+  return r.top >= pane.top - 1 && r.bottom <= pane.bottom + 1;
 }"""
 
 

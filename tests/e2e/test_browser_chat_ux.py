@@ -178,7 +178,7 @@ def test_continue_names_the_message_and_regenerate_says_what_came_of_it(page, se
     last.hover()
     last.get_by_role("button", name="Answer again from here (tools are not run again)").click()
     page.wait_for_function(
-        "() => document.getElementById('notice').textContent.includes('the same as before')",
+        "() => document.getElementById('notice').textContent.includes('the same answer again')",
         timeout=40_000,
     )
     wait_idle(page)

@@ -27,9 +27,9 @@ def test_a_long_chat_opens_on_its_last_page_and_scrolls_back(page, server):
     texts = page.evaluate(USER_TEXTS)
     assert texts[-1].startswith("Question 69:"), texts[-1:]
     page.get_by_role("button", name="Show earlier messages").wait_for()
-    # Scrolling up to the top loads the older pages, one after the other.
+    # Scrolling the conversation up to the top loads the older pages, one after the other.
     for _ in range(20):
-        page.evaluate("() => window.scrollTo(0, 0)")
+        page.evaluate("() => { document.getElementById('messages').scrollTop = 0; }")
         page.wait_for_timeout(300)
         if page.evaluate("() => !document.getElementById('load-older')"):
             break

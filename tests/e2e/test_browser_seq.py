@@ -63,7 +63,7 @@ def test_missed_events_are_noticed_by_prev_and_the_chat_reads_the_database(page,
     # The first turn's nodes: a chat that shows the stored state again only where it differs
     # keeps them (no flicker).
     page.evaluate("() => { document.querySelector('#messages .msg.user').__kept = true; }")
-    page.evaluate("() => { window.scrollTo(0, 0); }")
+    page.evaluate("() => { document.getElementById('messages').scrollTop = 0; }")
 
     dropping["on"] = True
     send(page, "say the second answer")

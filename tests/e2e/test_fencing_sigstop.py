@@ -23,6 +23,7 @@ write is refused (or its keeper stops it first: its lease was not renewed for
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import re
@@ -140,10 +141,8 @@ def test_a_worker_stopped_past_its_lease_writes_nothing_once_continued(procs, tm
         )
         # A has stopped by now (its keeper stops it within a tick of being continued);
         # without fencing there is no such line and it wrote on: the checks below say what.
-        try:
+        with contextlib.suppress(AssertionError):
             wait_until(lambda: _stopped_lines(log_a.read_text(), run_id), 10, "A to stop")
-        except AssertionError:
-            pass
         print(f"A continued {time.monotonic() - continued_at:.1f} s ago")
 
         # -- the run ended once, completed, and the session is free.
