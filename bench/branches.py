@@ -79,8 +79,8 @@ def build_history(
     from django.utils import timezone
 
     from runs_app.models import Run
-    from sessions_app import snapshots
     from sessions_app.models import Message, Part, Session
+    from workspace import snapshots
 
     snap = snapshots.for_session(session)
     snap.ensure()
@@ -285,8 +285,8 @@ def _branch(session: Any, parent: str | None, before: str, after: str, label: st
 def _compare_case(user: Any, client: Any, files: int, changed: int, samples: int) -> dict:
     """Two branches of a ``files``-file worktree, each changing ``changed`` files (different
     ones): ``GET …/compare/`` against ``git diff --stat`` of the same two trees."""
-    from sessions_app import snapshots
     from sessions_app.services.sessions import create_session
+    from workspace import snapshots
 
     session = create_session(owner=user, title=f"compare {files}")
     snap = snapshots.for_session(session)

@@ -93,7 +93,7 @@ def build_session(user: Any, prior: int) -> Any:
     assistant message with step-start, text, a completed tool call and step-finish)."""
     from django.utils import timezone
 
-    from sessions_app import ids
+    from core import ids
     from sessions_app.models import Message, Part, Session
     from sessions_app.services.sessions import create_session
 
@@ -260,7 +260,7 @@ def run(env: Any, *, quick: bool, sizes: tuple[int, int] = (10, 2000)) -> dict[s
     from django.contrib.auth.models import User
     from django.db import close_old_connections, connection
 
-    from sessions_app import events
+    from realtime import events
 
     user, _ = User.objects.get_or_create(username="bench-checkpoint")
     repeats = 3 if quick else 5

@@ -135,9 +135,9 @@ def build_session(user: Any, turns: int) -> tuple[Any, str, str]:
     the head's id and the head's last sentence."""
     from django.utils import timezone
 
+    from core import ids
     from runs_app.models import Run
     from runs_app.models import run_id as new_run_id
-    from sessions_app import ids
     from sessions_app.models import Message, Part, Session
     from sessions_app.services.sessions import create_session
 

@@ -180,7 +180,7 @@ def clone_of(tree: Path, where: Path) -> Path:
 
 # -- the measures --------------------------------------------------------------------------------
 def measure_seed(label: str, clone: Path, work: Path, repeat: int) -> dict[str, Any]:
-    from sessions_app.snapshots import Snapshots
+    from workspace.snapshots import Snapshots
 
     files = int(git(clone, "ls-files", "-z").count("\0"))
     git(clone, "status", "--porcelain")  # warm
@@ -282,7 +282,7 @@ def measure_revert(clone: Path, snap, names: list[str], repeat: int) -> dict[str
 
 
 def measure_fork(clone: Path, snap, work: Path) -> dict[str, Any]:  # noqa: ANN001
-    from sessions_app.snapshots import Snapshots
+    from workspace.snapshots import Snapshots
 
     tree = snap.track()
     fork = Snapshots(git_dir=work / "fork.git", worktree=work / "fork-wt", objects=snap.objects)
@@ -307,7 +307,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     import django
 
     django.setup()
-    from sessions_app.snapshots import Snapshots
+    from workspace.snapshots import Snapshots
 
     files = 5_000 if quick else 50_000
     repeat = 3 if quick else 5

@@ -1,6 +1,6 @@
 """The shell's sandbox (issue 15): what it costs and how fast it stops.
 
-* Start overhead: ``shell true`` through the sandbox (``runs_app.sandbox.run``: bubblewrap,
+* Start overhead: ``shell true`` through the sandbox (``workspace.sandbox.run``: bubblewrap,
   prlimit, a pids cgroup, the output pipe) against the floor, a plain
   ``subprocess.run(["/bin/sh", "-c", "true"])``, median and p99 of N each, interleaved.
 * Stop: a command whose tree holds a background child, a child that left the process group
@@ -45,7 +45,7 @@ async def _nothing(text: str) -> None:
 def run(*, quick: bool) -> dict[str, Any]:
     from django.conf import settings
 
-    from runs_app import sandbox
+    from workspace import sandbox
 
     settings.AGENT_ALLOW_SHELL = True
     reason = sandbox.unavailable_reason()
@@ -124,8 +124,7 @@ def _unhardened_env(snap: Any, index: str | None = None) -> dict[str, str]:
 
 
 def _step_snapshots(steps: int) -> dict[str, Any]:
-    from runs_app import sandbox
-    from sessions_app import snapshots
+    from workspace import sandbox, snapshots
 
     with tempfile.TemporaryDirectory(prefix="agentplat-bench-snap-") as tmp:
         worktree = Path(tmp) / "wt"

@@ -41,7 +41,7 @@ def measure(files: int, repeat: int) -> dict[str, Any]:
     import django
 
     django.setup()
-    from sessions_app.snapshots import Snapshots
+    from workspace.snapshots import Snapshots
 
     with tempfile.TemporaryDirectory() as tmp:
         worktree = Path(tmp) / "wt"

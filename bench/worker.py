@@ -1,7 +1,7 @@
 """Celery entry of the streaming benchmark: the project's own app, with one probe.
 
 ``celery -A bench.worker worker ...`` runs the unmodified task code; the only change is that
-``sessions_app.events.publish_delta`` notes ``time.time()`` when the engine hands it a token
+``realtime.events.publish_delta`` notes ``time.time()`` when the engine hands it a token
 (the moment the model's delta leaves the loop), keyed by ``(part_id, offset)``. The notes go
 to ``$BENCH_EMIT_DIR/emit-<pid>.tsv`` from a background thread every 100 ms, so the probe costs
 the hot path one ``list.append``.
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from config.celery import app
-from sessions_app import events
+from realtime import events
 
 __all__ = ["app"]
 

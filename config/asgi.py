@@ -9,15 +9,15 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
-from config import heap  # noqa: E402
 from config.privileges import refuse_root  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
+from core import heap  # noqa: E402
 from runs_app import lifecycle, runtime  # noqa: E402
 
 refuse_root("web", embedded=runtime.embedded())
 
 from config.body_limit import BodyLimit, daphne_parses_no_forms  # noqa: E402
-from sessions_app.ws_origin import SameOriginValidator  # noqa: E402
+from realtime.ws_origin import SameOriginValidator  # noqa: E402
 
 daphne_parses_no_forms()
 
@@ -29,7 +29,7 @@ _router = ProtocolTypeRouter(
 )
 
 # Everything the server needs is imported now: the collector leaves it alone and collects
-# less often, so that no collection stops every socket's frames (config/heap.py).
+# less often, so that no collection stops every socket's frames (core/heap.py).
 heap.settle()
 
 

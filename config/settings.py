@@ -296,8 +296,8 @@ else:
         "default": {
             # The pub/sub layer delivers about 4x the events per second of the core Redis
             # layer on this machine kind (see bench/ and the measurements); ours adds
-            # group_send_many, a batch of events in one pipeline (sessions_app/events.py).
-            "BACKEND": "sessions_app.channel_layer.PipelinedPubSubChannelLayer",
+            # group_send_many, a batch of events in one pipeline (realtime/events.py).
+            "BACKEND": "realtime.channel_layer.PipelinedPubSubChannelLayer",
             "CONFIG": {"hosts": [REDIS_URL], "prefix": "agentplat"},
         }
     }
@@ -316,7 +316,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 
 WORKSPACE_ROOT = Path(os.environ.get("WORKSPACE_ROOT", str(BASE_DIR / "var/workspaces")))
 AGENT_MODEL = os.environ.get("AGENT_MODEL", "scripted")
-# The models sessions may pick (sessions_app/models_catalog.py): JSON list of
+# The models sessions may pick (core/models_catalog.py): JSON list of
 # {"name", "context_window", "price": {"input", "output", "cached_input"}} (USD per 1M tokens).
 AGENT_MODELS = os.environ.get("AGENT_MODELS", "")
 OPENAI_BASE_URL = os.environ.get("OPENAI_BASE_URL", "") or None
@@ -328,7 +328,7 @@ ANTHROPIC_MAX_TOKENS = int(os.environ.get("ANTHROPIC_MAX_TOKENS", "8192"))
 # Extended thinking's budget in tokens (0: off); streamed as reasoning parts.
 ANTHROPIC_THINKING_TOKENS = int(os.environ.get("ANTHROPIC_THINKING_TOKENS", "0"))
 AGENT_ALLOW_SHELL = _env_bool("AGENT_ALLOW_SHELL", False)
-# The shell tool runs in a bubblewrap sandbox (runs_app/sandbox.py); "off" (the operator's
+# The shell tool runs in a bubblewrap sandbox (workspace/sandbox.py); "off" (the operator's
 # choice, for a machine where every user is trusted) runs it unconfined, with the limits only.
 AGENT_SHELL_SANDBOX = os.environ.get("AGENT_SHELL_SANDBOX", "bwrap").strip().lower()
 AGENT_SHELL_NETWORK = _env_bool("AGENT_SHELL_NETWORK", False)
@@ -407,13 +407,13 @@ RUN_EXECUTOR = os.environ.get("RUN_EXECUTOR", "thread" if EMBEDDED else "celery"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"context": {"()": "sessions_app.logs.ContextFilter"}},
+    "filters": {"context": {"()": "core.logs.ContextFilter"}},
     "formatters": {
         "text": {
-            "()": "sessions_app.logs.TextFormatter",
+            "()": "core.logs.TextFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s: %(message)s",
         },
-        "json": {"()": "sessions_app.logs.JsonFormatter"},
+        "json": {"()": "core.logs.JsonFormatter"},
     },
     "handlers": {
         "console": {
@@ -451,7 +451,7 @@ SNAPSHOT_EXCLUDE = [
 # (an archive holds the same files).
 DOWNLOAD_BATCH_BYTES = int(os.environ.get("DOWNLOAD_BATCH_BYTES", str(8 * 1024 * 1024)))
 DOWNLOAD_PATCH_MAX_BYTES = int(os.environ.get("DOWNLOAD_PATCH_MAX_BYTES", str(64 * 1024 * 1024)))
-# Repositories (sessions_app/repos.py, docs/repositories.md). A clone or an upload past
+# Repositories (workspace/repos.py, docs/repositories.md). A clone or an upload past
 # REPO_MAX_BYTES (the files checked out, and what git receives) or REPO_MAX_FILES, or still
 # going after REPO_CLONE_TIMEOUT seconds, is stopped and leaves nothing behind. A repository
 # host that resolves to a loopback, private or link-local address is refused unless

@@ -14,7 +14,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Sum
 from django.db.models.functions import Coalesce, TruncDate
 
-from sessions_app.errors import NotFoundError, PermissionDeniedError
+from core.errors import NotFoundError, PermissionDeniedError
 
 from . import clock
 from .limits import NAMES, effective

@@ -24,7 +24,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from sessions_app.errors import QuotaExceeded
+from core.errors import QuotaExceeded
 
 from . import clock
 from .limits import Limits, effective

@@ -5,8 +5,8 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
+from core.errors import AppError
 from sessions_app.admin import OwnedAdmin, SessionAdmin, admin_link
-from sessions_app.errors import AppError
 from sessions_app.models import Session
 
 from .models import Run

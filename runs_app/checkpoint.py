@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from quotas_app.models import UsageRecord
 from quotas_app.services import record_usage
-from sessions_app import events
+from realtime import events
 from sessions_app.api.guards import unstorable_text
 from sessions_app.models import Message, Part, Session
 

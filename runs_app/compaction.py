@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 
-from sessions_app import models_catalog
+from core import models_catalog
 from sessions_app.models import Message
 
 from .transcript import compacted_from, model_messages

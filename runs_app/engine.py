@@ -28,7 +28,7 @@ import logging
 from django.db import InterfaceError, OperationalError
 
 from quotas_app.limits import effective as effective_limits
-from sessions_app import events
+from realtime import events
 from sessions_app.selectors import active_path
 
 from .loop.end import Ending

@@ -48,11 +48,12 @@ except ImportError:  # an optional speed-up
     uvloop = None
 from django.db import DatabaseError, close_old_connections, connection
 
-from config import heap
-from sessions_app.logs import log_context
+from core import heap
+from core.logs import log_context
 from sessions_app.services import lock
+from workspace import sandbox
 
-from . import lifecycle, runtime, sandbox
+from . import lifecycle, runtime
 from .checkpoint import write_streamed_texts
 from .control import RunControl
 from .engine import AgentLoop
@@ -88,7 +89,7 @@ class RunHost:
             self.runs = {}
             self.queued = 0
             # The project is imported by now: the collector leaves it alone and collects
-            # less often, so that no collection stops every run's tokens (config/heap.py).
+            # less often, so that no collection stops every run's tokens (core/heap.py).
             heap.settle()
             # Whether the shell's sandbox starts here is found out once, off the loop.
             reason = sandbox.unavailable_reason()

@@ -50,12 +50,14 @@ from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from core import metrics, models_catalog
+from core.errors import SessionBusyError
 from quotas_app import services as quotas
-from sessions_app import events, metrics, models_catalog, snapshots
-from sessions_app.errors import SessionBusyError
+from realtime import events
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import part_data, session_data
 from sessions_app.services import lock
+from workspace import snapshots
 
 from . import runtime
 from .fencing import LeaseLost

@@ -7,7 +7,7 @@ What is read at scrape time, the same whichever process answers and however many
 ``agentplat_runs{status}`` (one GROUP BY on the runs) and ``agentplat_queue_depth`` (the
 Celery queue's length in the broker; in-process runs: the runs waiting for room in this
 process's run host). What processes count as it happens (tokens, event fan-out, lock waits:
-``sessions_app/metrics.py``) comes from prometheus_client: with ``PROMETHEUS_MULTIPROC_DIR``
+``core/metrics.py``) comes from prometheus_client: with ``PROMETHEUS_MULTIPROC_DIR``
 the sum over every process of the machine that writes to that directory (Daphne and the
 workers), else this process's own. Plus the client's process and platform basics of the
 process that answers.
@@ -34,7 +34,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from sessions_app import metrics as instruments
+from core import metrics as instruments
 
 from . import runtime
 from .host import host

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from sessions_app.ids import new_id
+from core.ids import new_id
 
 
 def run_id() -> str:

@@ -27,7 +27,7 @@ from celery import current_app
 from django.conf import settings
 from django.db import transaction
 
-from sessions_app.events import publisher
+from realtime.events import publisher
 from sessions_app.services.repositories import prepare_and_close
 
 from . import abort_bus as buses

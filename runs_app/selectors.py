@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessions_app.errors import NotFoundError
+from core.errors import NotFoundError
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import _iso, all_messages
 

@@ -13,11 +13,9 @@ from typing import Any
 
 from django.conf import settings
 
-from sessions_app import worktree_files
-from sessions_app.git_names import git_refuses
-
-from . import sandbox
-from .sandbox import worktree_bytes
+from workspace import sandbox, worktree_files
+from workspace.git_names import git_refuses
+from workspace.sandbox import worktree_bytes
 
 
 class ToolError(Exception):
@@ -46,7 +44,7 @@ class ToolContext:
     # The worktree's size bound, from the owner's quota (``worktree_bytes``; 0: unlimited);
     # None: the deployment's ``WORKTREE_MAX_BYTES``.
     tree_limit: int | None = None
-    # The session's snapshots (``sessions_app.snapshots.Snapshots``), given by the loop, which
+    # The session's snapshots (``workspace.snapshots.Snapshots``), given by the loop, which
     # holds the session's lock: ``shell`` snapshots the worktree before each command and puts
     # it back when the command goes over the worktree's limits. None: not put back.
     snapshots: sandbox.SnapshotsLike | None = None

@@ -46,8 +46,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connections
 
-from sessions_app import events
-from sessions_app.errors import TooManyWaits
+from core.errors import TooManyWaits
+from realtime import events
 
 from . import runtime
 from .models import Run

@@ -11,8 +11,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
+from core.errors import AppError
+
 from . import permissions
-from .errors import AppError
 from .models import HistoryEvent, Message, Part, Session, Share
 from .selectors import active_path
 from .services import revert as revert_services

@@ -1,7 +1,9 @@
 from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 
-from . import models_catalog, permissions
+from core import models_catalog
+
+from . import permissions
 
 
 class SessionsAppConfig(AppConfig):

@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
-from . import ids
+from core import ids
 
 
 class Session(models.Model):

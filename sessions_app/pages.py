@@ -17,8 +17,9 @@ from django.shortcuts import redirect, render
 from django.urls import Resolver404, path, resolve
 from django.views.decorators.http import require_POST
 
+from core.errors import AppError, NotAuthenticated, NotFoundError
+
 from .api.serializers import CredentialIn
-from .errors import AppError, NotAuthenticated, NotFoundError
 from .selectors import session_for_user, sessions_for_user
 from .services import repositories, sharing
 from .services.accounts import change_password

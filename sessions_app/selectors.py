@@ -9,8 +9,10 @@ from typing import Any, BinaryIO
 
 from django.conf import settings
 
-from . import permissions, worktree_files
-from .errors import InvalidInput, NotFoundError
+from core.errors import InvalidInput, NotFoundError
+from workspace import worktree_files
+
+from . import permissions
 from .models import HistoryEvent, Message, Part, Session
 
 

@@ -60,14 +60,32 @@ function csrf() {
 const UNREACHABLE = "The server cannot be reached right now; the chat reconnects by itself.";
 
 async function call(method, path, body) {
+  return answer(fetch(path, {
+    method,
+    credentials: "same-origin",
+    headers: { "Content-Type": "application/json", "X-CSRFToken": csrf() },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  }));
+}
+
+// The newest page the chat reads when it opens: a screenful and more (older pages come as the
+// reader scrolls up), not the API's default 50 to lay out before the last one shows.
+const FIRST_PAGE = 20; // as static/early.js asks
+
+function firstRead(kind, otherwise) {
+  // The chat's first reads were asked by static/early.js while the modules loaded: their
+  // answers serve the first start() of that session, once; anything else asks anew.
+  const early = window.__firstRead;
+  const pending = early && early.sid === sessionId ? early[kind] : null;
+  if (!pending) return otherwise();
+  early[kind] = null;
+  return answer(pending);
+}
+
+async function answer(pending) {
   let res;
   try {
-    res = await fetch(path, {
-      method,
-      credentials: "same-origin",
-      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf() },
-      body: body === undefined ? undefined : JSON.stringify(body),
-    });
+    res = await pending;
   } catch {
     // No answer at all (the browser says only "Failed to fetch"): the socket may not have
     // noticed yet (a dropped network keeps it "open" for minutes), so it is tried again.
@@ -386,11 +404,17 @@ function forgetAll() {
 
 async function loadMessages(merge) {
   const sid = sessionId;
-  const page = await call("GET", api("/messages/"));
+  const page = merge ? await call("GET", api("/messages/"))
+    : await firstRead("messages", () => call("GET", api(`/messages/?limit=${FIRST_PAGE}`)));
   if (sid !== sessionId) return; // the sidebar switched sessions meanwhile
-  if (!merge) { forgetAll(); olderPage = page.previous; stickToEnd = true; }
+  if (!merge) { forgetAll(); olderPage = fullPages(page.previous); stickToEnd = true; }
   const ids = addPage(page.results);
   if (!merge) order = ids;
+}
+
+function fullPages(link) {
+  // Older pages at the API's own size: only the first read is kept short.
+  return link ? link.replace(/([?&])limit=\d+(&|$)/, (_, before, after) => (after ? before : "")) : link;
 }
 
 async function loadOlder() {
@@ -1547,7 +1571,7 @@ async function start(again = false) {
   // Again (the socket reopened): what is shown is kept where the database agrees with it.
   const sid = sessionId;
   const [fresh, page] = await Promise.all([
-    call("GET", api("/")),
+    again ? call("GET", api("/")) : firstRead("session", () => call("GET", api("/"))),
     again && order.length ? call("GET", api("/messages/")) : loadMessages(false),
   ]);
   if (sid !== sessionId) return;

@@ -19,8 +19,8 @@ from drf_spectacular.generators import SchemaGenerator
 from runs_app.tools import TOOLS, ToolContext, ToolError, resolve
 from sessions_app.api.guards import DEPTH_MESSAGE, MAX_JSON_DEPTH
 from sessions_app.models import Part
-from sessions_app.worktree_files import parts_of, plain_relative
 from tests.conftest import client_for, run_turn
+from workspace.worktree_files import parts_of, plain_relative
 
 DEPTHS = (MAX_JSON_DEPTH + 1, 100, 500, 10_000)
 HUGE = 3 * 1024 * 1024  # over DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB by default)
@@ -66,9 +66,9 @@ def world(db, transactional_db, owner):
         "path": "a.txt",
     }
     # Runs some requests started (continue, regenerate) end before the tables are flushed.
+    from core.errors import AppError
     from runs_app.models import Run
     from runs_app.services.runs import cancel_run, wait_for_run
-    from sessions_app.errors import AppError
 
     for left in Run.objects.exclude(status__in=list(Run.TERMINAL)):
         with contextlib.suppress(AppError):

@@ -1,4 +1,4 @@
-"""The pipelined pub/sub layer (sessions_app/channel_layer.py) delivers what ``group_send``
+"""The pipelined pub/sub layer (realtime/channel_layer.py) delivers what ``group_send``
 would, in order, through a real Redis to a real subscriber — it reaches into channels_redis's
 internals, so this is the test that tells when an upgrade breaks it."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 
-from sessions_app.channel_layer import PipelinedPubSubChannelLayer
+from realtime.channel_layer import PipelinedPubSubChannelLayer
 
 pytestmark = pytest.mark.skipif(not settings.REDIS_URL, reason="needs Redis")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from sessions_app import snapshots
 from sessions_app.api import branches as shapes
 from sessions_app.models import Session
 from tests.conftest import all_queries, client_for, new_session, run_turn
+from workspace import snapshots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,8 +7,8 @@ import pytest
 from channels.layers import channel_layers
 from django.db import transaction
 
-from sessions_app import events
-from sessions_app.ids import message_id, part_id, session_id
+from core.ids import message_id, part_id, session_id
+from realtime import events
 
 
 async def _subscribe(sid: str):

@@ -28,9 +28,9 @@ from runs_app.api.serializers import (
 from runs_app.models import Run
 from runs_app.services import importing
 from runs_app.services.export import FORMAT, VERSION, _read_inside
-from sessions_app import snapshots
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from tests.conftest import all_queries, client_for, new_session, run_turn
+from workspace import snapshots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

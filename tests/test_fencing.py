@@ -247,7 +247,7 @@ def test_a_lapsed_lease_of_a_run_not_ended_still_holds_its_session(owner):
     stopped past its lease — the old run then ran beside the new one (no new epoch fenced
     it out) and the new run jumped the queue. The session stays that run's until the sweep
     has started it again and it ended."""
-    from sessions_app.errors import SessionBusyError
+    from core.errors import SessionBusyError
 
     run = _running(owner)
     session = Session.objects.get(id=run.session_id)
@@ -278,7 +278,7 @@ def test_a_run_ended_as_abandoned_records_what_its_open_step_did_to_the_files(ow
     """Found by the chaos test: a worker killed between a tool and its step's snapshot, then
     the run cancelled, left the tool's change in the worktree and in no snapshot (a revert
     would lose it). Ending it closes the open step as an abort would (SEMANTICS 1.7)."""
-    from sessions_app import snapshots
+    from workspace import snapshots
 
     run = _running(owner)
     session = Session.objects.get(id=run.session_id)
@@ -419,7 +419,7 @@ def test_an_execution_that_ends_before_recovering_closes_the_step_left_open(owne
 def test_ending_an_abandoned_run_runs_git_before_the_session_row_lock(owner, monkeypatch):
     """git over a large worktree must not hold the session row that every start and end of
     the session waits for: the open step's files are found before the row is locked."""
-    from sessions_app import snapshots
+    from workspace import snapshots
 
     run = _running(owner)
     session = Session.objects.get(id=run.session_id)

@@ -14,11 +14,11 @@ from runs_app.models import Run
 from runs_app.services.fork import fork_session
 from runs_app.services.runs import wait_for_run
 from runs_app.services.seed import seed_runs
-from sessions_app import snapshots
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import active_path
 from sessions_app.services.sessions import create_session
 from tests.conftest import client_for, new_session, run_turn
+from workspace import snapshots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

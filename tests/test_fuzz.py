@@ -39,9 +39,9 @@ def real(db, transactional_db, owner):
     yield {"session_id": sid, "run_id": run["id"], "token": token, "part_id": part.id, "auth": key}
     # Runs the fuzzer started in the background must end before the tables are flushed
     # (seen in CI: a run still writing deadlocked the teardown's TRUNCATE).
+    from core.errors import AppError
     from runs_app.models import Run
     from runs_app.services.runs import cancel_run, wait_for_run
-    from sessions_app.errors import AppError
 
     for left in Run.objects.exclude(status__in=list(Run.TERMINAL)):
         with contextlib.suppress(AppError):

@@ -19,14 +19,14 @@ from types import SimpleNamespace
 import pytest
 from django.conf import settings as django_settings
 
-from sessions_app import snapshots
 from sessions_app.models import Message, Session
 from tests.conftest import new_session, run_turn
+from workspace import snapshots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 REAL_GIT = shutil.which("git")
-PRODUCT = ("sessions_app", "runs_app", "quotas_app", "config")
+PRODUCT = ("sessions_app", "runs_app", "quotas_app", "config", "core", "workspace", "realtime")
 HOOKS = (
     "pre-commit",
     "post-checkout",
@@ -207,7 +207,7 @@ def _spawn_calls(path: Path) -> list[tuple[str, int, str]]:
 # The two places a git process starts: the snapshots' runner (local: no network, no exec
 # path, no helper) and the remotes' runner (a clone or a push: the one that may reach a
 # repository host, with protocols, redirects, helpers and config fenced off: repos.py).
-RUNNERS = [("sessions_app/repos.py", "run"), ("sessions_app/snapshots.py", "Snapshots._run")]
+RUNNERS = [("workspace/repos.py", "run"), ("workspace/snapshots.py", "Snapshots._run")]
 
 
 def test_every_git_the_product_starts_goes_through_one_of_the_two_runners():

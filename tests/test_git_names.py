@@ -11,10 +11,10 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from runs_app.tools import TOOLS, ToolContext, ToolError
-from sessions_app import snapshots
-from sessions_app.git_names import git_refuses
 from sessions_app.models import Session
 from tests.conftest import run_turn
+from workspace import snapshots
+from workspace.git_names import git_refuses
 
 # Every form of .git that git's verify_path refuses, with NTFS and HFS+ protection on.
 PROTECTED = [

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from sessions_app import snapshots
-from sessions_app.snapshots import SnapshotError, Snapshots
+from workspace import snapshots
+from workspace.snapshots import SnapshotError, Snapshots
 
 REAL_GIT = shutil.which("git")
 

@@ -11,9 +11,9 @@ import hashlib
 
 import pytest
 
-from sessions_app import snapshots
 from sessions_app.models import Message, Session
 from tests.conftest import new_session, run_turn
+from workspace import snapshots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

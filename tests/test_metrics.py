@@ -16,10 +16,10 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.authtoken.models import Token
 
+from realtime import events
 from runs_app import metrics as scrape
 from runs_app.models import Run
 from runs_app.runtime import TASK_NAME
-from sessions_app import events
 from sessions_app.models import Message
 from tests.conftest import client_for, new_session, run_turn
 

@@ -11,7 +11,6 @@ import shutil
 import pytest
 from django.db import DataError
 
-from runs_app import sandbox
 from runs_app.checkpoint import Checkpointer, storable
 from runs_app.host import run_agent
 from runs_app.models import Run
@@ -19,6 +18,7 @@ from runs_app.services.runs import start_run
 from sessions_app.models import Part, Session
 from sessions_app.services.sessions import create_session
 from tests.conftest import run_turn
+from workspace import sandbox
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

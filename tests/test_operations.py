@@ -12,10 +12,10 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from core.logs import ContextFilter, JsonFormatter, log_context
 from runs_app import engine
 from runs_app.models import Run
 from runs_app.services.runs import start_run, wait_for_run
-from sessions_app.logs import ContextFilter, JsonFormatter, log_context
 from sessions_app.models import Session
 from sessions_app.services.sessions import create_session
 from tests.conftest import client_for, run_turn

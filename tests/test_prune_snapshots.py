@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from django.core.management import CommandError, call_command
 
-from sessions_app import snapshots
 from sessions_app.models import HistoryEvent, Message, Part, Session, Share
+from workspace import snapshots
 
 pytestmark = pytest.mark.django_db
 

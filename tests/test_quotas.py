@@ -14,12 +14,12 @@ from django.db import connection
 from django.db.models import Sum
 from django.test import Client
 
+from core.errors import QuotaExceeded
 from quotas_app import limits
 from quotas_app.models import Quota, RunAdmission, UsageCounter, UsageRecord
 from quotas_app.services import admit_run
 from runs_app.models import Run
 from runs_app.services.runs import start_run
-from sessions_app.errors import QuotaExceeded
 from sessions_app.models import Message, Session
 from sessions_app.services.sessions import create_session
 from tests.conftest import new_session, run_turn

@@ -189,7 +189,7 @@ def test_urls_that_lead_inside_the_deployment_or_run_something_are_refused(api, 
 
 def test_a_host_named_in_git_allowed_hosts_may_be_private(settings):
     settings.GIT_ALLOWED_HOSTS = ["10.1.2.3"]
-    from sessions_app import repos
+    from workspace import repos
 
     assert repos.check_url("https://10.1.2.3/x.git").addresses == ("10.1.2.3",)
     settings.GIT_ALLOWED_HOSTS = []
@@ -198,7 +198,7 @@ def test_a_host_named_in_git_allowed_hosts_may_be_private(settings):
 
 
 def test_https_is_pinned_to_the_addresses_checked():
-    from sessions_app import repos
+    from workspace import repos
 
     remote = repos.Remote("https://h.example/x.git", "https", "h.example", 443, ("93.184.216.34",))
     assert remote.config() == [("http.curloptResolve", "h.example:443:93.184.216.34")]

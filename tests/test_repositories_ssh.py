@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sessions_app import repos
 from sessions_app.models import Credential, HistoryEvent, Session
+from workspace import repos
 
 from .conftest import run_turn
 from .support.ssh_server import SshGitServer, available, ssh_git_server_fixture  # noqa: F401

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from django.db import DatabaseError, OperationalError, connections
 
-from sessions_app import events
+from realtime import events
 from sessions_app.models import HistoryEvent, Message, Session
 from sessions_app.services.revert import revert_session, unrevert_session
-from sessions_app.snapshots import Snapshots
 from tests.conftest import run_turn
+from workspace.snapshots import Snapshots
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
-from sessions_app import events
+from realtime import events
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.services.revert import plan_revert
 from tests.conftest import run_turn

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from config import heap
+from core import heap
 from runs_app import engine
 from runs_app.host import host
 from runs_app.models import Run

@@ -1,4 +1,4 @@
-"""Issue 15: the shell's sandbox (runs_app/sandbox.py), attacked as a hostile user's agent
+"""Issue 15: the shell's sandbox (workspace/sandbox.py), attacked as a hostile user's agent
 would: every escape attempt fails and leaves the server working; a stop kills the whole
 tree at once; the output arrives while the command runs. Real bubblewrap, real processes."""
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runs_app import sandbox
 from runs_app.tools import TOOLS, ToolContext, ToolError, ToolInterrupted, available_tools
+from workspace import sandbox
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None and not os.environ.get("REQUIRE_BROWSER"),
@@ -223,7 +223,7 @@ def test_off_runs_unconfined_in_the_worktree_with_the_limits(worktree, settings)
 
 def test_a_git_calls_credential_files_are_not_there(worktree):
     """A deploy key lives, while a clone or push runs, in a 0600 file of a temporary
-    directory of the server's (``sessions_app.repos``): the sandbox's /tmp is its own."""
+    directory of the server's (``workspace.repos``): the sandbox's /tmp is its own."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="agentplat-git-") as scratch:

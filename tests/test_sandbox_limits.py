@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from runs_app import sandbox
 from runs_app.tools import TOOLS, ToolContext, ToolError
 from sessions_app.models import Session
 from tests.conftest import new_session, run_turn
+from workspace import sandbox
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None and not os.environ.get("REQUIRE_BROWSER"),

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from core.errors import NotFoundError
 from runs_app.api import serializers as run_shapes
 from runs_app.lifecycle import STRATEGIES
 from runs_app.models import Run
 from runs_app.selectors import checkpoint_timeline, run_data, run_for_user
 from sessions_app.api import serializers as shapes
-from sessions_app.errors import NotFoundError
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import (
     lineage,

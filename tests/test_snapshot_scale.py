@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from sessions_app.snapshots import Snapshots
+from workspace.snapshots import Snapshots
 
 
 def plain_git(cwd, *args):

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from sessions_app.snapshots import Snapshots, summary_of
+from workspace.snapshots import Snapshots, summary_of
 
 
 @pytest.fixture

@@ -2,7 +2,7 @@
 checked on the code itself so that a change that breaks it fails here:
 
 * imports go one way, ``runs_app`` → ``sessions_app`` → ``quotas_app`` (which uses only
-  ``sessions_app.errors``), and no module imports itself back
+  ``core.errors``), and no module imports itself back
   through others (no cycle, function-level imports counted);
 * no function-level import hides a cycle;
 * the session row is locked in one module (``sessions_app/services/lock.py``), and the
@@ -19,7 +19,7 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-APPS = ("sessions_app", "runs_app", "quotas_app", "config")
+APPS = ("sessions_app", "runs_app", "quotas_app", "config", "core", "workspace", "realtime")
 
 
 def sources(*packages: str) -> list[Path]:
@@ -101,14 +101,13 @@ def test_sessions_app_never_imports_runs_app(graph):
 
 def test_quotas_app_imports_only_the_error_vocabulary(graph):
     """``quotas_app`` sits under both apps (they ask it for limits and record usage through
-    it): of the project it may import only ``sessions_app.errors``."""
+    it): of the project it may import only ``core.errors``."""
     arrows = sorted(
         (module, imported)
         for module in graph.modules
         if module.startswith("quotas_app")
         for imported in graph.find_modules_directly_imported_by(module)
-        if imported.startswith(("runs_app", "sessions_app", "config"))
-        and imported != "sessions_app.errors"
+        if imported.startswith(("runs_app", "sessions_app", "config")) and imported != "core.errors"
     )
     assert not arrows, f"quotas_app must not import these: {arrows}"
 
@@ -174,9 +173,7 @@ def session_row_locks(path: Path) -> list[int]:
 def test_the_session_row_is_locked_in_one_module():
     owner = "sessions_app/services/lock.py"
     elsewhere = {
-        rel(p): lines
-        for p in sources("sessions_app", "runs_app")
-        if rel(p) != owner and (lines := session_row_locks(p))
+        rel(p): lines for p in sources(*APPS) if rel(p) != owner and (lines := session_row_locks(p))
     }
     assert not elsewhere, (
         f"lock the session row with lock.lock_session/lock_idle_session: {elsewhere}"
@@ -189,14 +186,12 @@ def test_the_run_transitions_have_one_owner():
     for name in ("claim", "hand_over"):
         elsewhere = {
             rel(p): lines
-            for p in sources("sessions_app", "runs_app")
+            for p in sources(*APPS)
             if rel(p) not in (owner, "sessions_app/services/lock.py") and (lines := calls(p, name))
         }
         assert not elsewhere, f"lock.{name} outside {owner}: {elsewhere}"
     strategies = [
-        rel(p)
-        for p in sources("sessions_app", "runs_app")
-        if '"enqueue", "interrupt", "rollback"' in p.read_text()
+        rel(p) for p in sources(*APPS) if '"enqueue", "interrupt", "rollback"' in p.read_text()
     ]
     assert strategies == [owner], strategies
 
@@ -206,7 +201,7 @@ def test_the_mode_is_decided_in_one_module():
     words = ("EMBEDDED", "RUN_EXECUTOR", "REDIS_URL")
     elsewhere = {
         rel(p): [w for w in words if f"settings.{w}" in p.read_text()]
-        for p in sources("sessions_app", "runs_app", "config")
+        for p in sources(*APPS)
         if rel(p) not in (owner, "config/settings.py")
     }
     elsewhere = {k: v for k, v in elsewhere.items() if v}
@@ -248,7 +243,7 @@ def test_every_run_status_write_goes_through_the_lifecycle_table():
     owner = "runs_app/lifecycle.py"
     elsewhere = {
         rel(p): lines
-        for p in sources("sessions_app", "runs_app", "quotas_app")
+        for p in sources(*APPS)
         if rel(p) not in (owner, "sessions_app/services/lock.py") and (lines := status_writes(p))
     }
     assert not elsewhere, f"change a run's status with lifecycle.move: {elsewhere}"

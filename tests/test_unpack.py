@@ -1,4 +1,4 @@
-"""``sessions_app.unpack``: hostile archives and folders, built here in memory. Each refusal
+"""``workspace.unpack``: hostile archives and folders, built here in memory. Each refusal
 test would fail on a plain ``tarfile``/``zipfile`` ``extractall``: it expects a refusal and
 nothing left behind (nor written outside)."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from sessions_app import unpack
-from sessions_app.unpack import ArchiveRefused, Unpacked, unpack_archive, unpack_files
+from workspace import unpack
+from workspace.unpack import ArchiveRefused, Unpacked, unpack_archive, unpack_files
 
 MiB = 1024 * 1024
 

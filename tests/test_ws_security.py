@@ -23,9 +23,9 @@ from django.contrib.sessions.backends.db import SessionStore
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from sessions_app import events
+from realtime import events
+from realtime.ws_origin import origin_allowed
 from sessions_app.models import Session
-from sessions_app.ws_origin import origin_allowed
 from tests.conftest import client_for
 
 INTERVAL = 0.3

@@ -17,15 +17,16 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from sessions_app import events
+from core.errors import InvalidInput
+from realtime import events
 from sessions_app.api.base import ApiViewSet, FormatIsTheViewsOwn, SessionScopedViewSet
 from sessions_app.api.serializers import ForkIn, SessionOut, SharedForkIn
-from sessions_app.errors import InvalidInput
 from sessions_app.models import Share
 from sessions_app.selectors import session_data
 from sessions_app.services import downloads, sharing
+from workspace import sandbox
 
-from .. import sandbox, waits
+from .. import waits
 from ..models import Run
 from ..runtime import enqueue
 from ..selectors import checkpoint_timeline, run_data, run_for_user, session_runs

@@ -10,7 +10,7 @@ import logging
 
 from django.utils import timezone
 
-from sessions_app import events
+from realtime import events
 from sessions_app.models import Message, Part
 from sessions_app.selectors import part_data
 

@@ -10,7 +10,8 @@ import logging
 import time
 from typing import Any
 
-from sessions_app import events, permissions
+from realtime import events
+from sessions_app import permissions
 from sessions_app.models import Part
 from sessions_app.selectors import part_data
 

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app import events
+from realtime import events
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data, part_data
 from sessions_app.services.revert import changes_summary, path_start

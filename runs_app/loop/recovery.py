@@ -10,7 +10,7 @@ import time
 
 from django.utils import timezone
 
-from sessions_app import events
+from realtime import events
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data
 

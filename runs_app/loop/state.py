@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 from django.conf import settings
 
 from quotas_app.limits import Limits
-from sessions_app import snapshots
 from sessions_app.models import Message, Session
+from workspace import snapshots
 
 from ..checkpoint import Checkpointer
 from ..control import RunControl, RunHostLike

@@ -10,9 +10,10 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
-from sessions_app import events, snapshots
+from realtime import events
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data
+from workspace import snapshots
 
 from ..providers import ProviderError
 from .errors import AwaitingApproval, ContextOverflow, LockLost

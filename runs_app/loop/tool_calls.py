@@ -10,11 +10,11 @@ from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 
-from sessions_app import events
+from realtime import events
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import part_data
+from workspace import sandbox
 
-from .. import sandbox
 from ..providers.base import ToolCall
 from ..tools import TOOLS, ToolContext, ToolError, ToolInterrupted
 from .errors import Aborted, LockLost

@@ -9,9 +9,9 @@ from typing import Any
 
 from django.conf import settings
 
+from core import metrics, models_catalog
 from quotas_app import clock
 from quotas_app import services as quotas
-from sessions_app import metrics, models_catalog
 from sessions_app.models import Message, Part
 
 from .. import compaction

@@ -17,15 +17,17 @@ from contextlib import nullcontext
 from django.db import transaction
 from django.utils import timezone
 
+from core import ids
+from core.errors import ConflictError, InvalidInput, NotFoundError, QuotaExceeded
+from core.ids import message_id
 from quotas_app import services as quotas
 from quotas_app.limits import effective
-from sessions_app import events, ids, snapshots
-from sessions_app.errors import ConflictError, InvalidInput, NotFoundError, QuotaExceeded
-from sessions_app.ids import message_id
+from realtime import events
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, files_at, session_data
 from sessions_app.services import lock
 from sessions_app.services.revert import FilesFollow, changes_summary, path_start
+from workspace import snapshots
 
 from ..lifecycle import active_runs
 from ..models import Run

@@ -12,8 +12,9 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app import events, permissions
-from sessions_app.errors import ConflictError, InvalidInput
+from core.errors import ConflictError, InvalidInput
+from realtime import events
+from sessions_app import permissions
 from sessions_app.models import HistoryEvent, Part, Session
 from sessions_app.selectors import part_data, session_data
 from sessions_app.services import lock

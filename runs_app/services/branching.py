@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import transaction
 
-from sessions_app.errors import ConflictError, InvalidInput
+from core.errors import ConflictError, InvalidInput
 from sessions_app.models import Message, Part
 from sessions_app.selectors import active_path, files_at
 from sessions_app.services import lock

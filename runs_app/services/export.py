@@ -42,11 +42,11 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from sessions_app import snapshots
-from sessions_app.errors import AppError, NotFoundError
-from sessions_app.git_names import git_refuses
+from core.errors import AppError, NotFoundError
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import _iso, active_path
+from workspace import snapshots
+from workspace.git_names import git_refuses
 
 from ..models import Run
 

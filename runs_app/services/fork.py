@@ -35,11 +35,12 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from sessions_app import ids, snapshots
+from core import ids
 from sessions_app.models import HistoryEvent, Message, Part, Session, Share
 from sessions_app.selectors import fork_point
 from sessions_app.services.revert import changes_summary
 from sessions_app.services.sessions import check_session_quota, fork_title
+from workspace import snapshots
 
 from ..models import Run
 

@@ -31,9 +31,9 @@ from typing import Any
 
 from django.conf import settings
 
-from sessions_app import snapshots
-from sessions_app.errors import InvalidInput
+from core.errors import InvalidInput
 from sessions_app.models import Message, Part, Session
+from workspace import snapshots
 
 from ..lifecycle import STRATEGIES
 from ..models import Run

@@ -13,10 +13,10 @@ from typing import Any
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from core.errors import InvalidInput
 from sessions_app import permissions
-from sessions_app.errors import InvalidInput
-from sessions_app.git_names import refused_component
-from sessions_app.worktree_files import plain_relative
+from workspace.git_names import refused_component
+from workspace.worktree_files import plain_relative
 
 INT_MAX = 2**31 - 1  # an integer column
 TREE_ID = re.compile(r"[0-9a-f]{40}")

@@ -12,10 +12,10 @@ from typing import Any
 
 from django.conf import settings
 
-from sessions_app import snapshots
-from sessions_app.errors import InvalidInput
-from sessions_app.git_names import refused_component
-from sessions_app.worktree_files import NAME_MAX, PATH_MAX
+from core.errors import InvalidInput
+from workspace import snapshots
+from workspace.git_names import refused_component
+from workspace.worktree_files import NAME_MAX, PATH_MAX
 
 from .export import BASE64, TEXT, blob_id, git_object_id
 from .import_fields import REQUIRED, choice, fields, flag, quoted, relative_path, text, tree_id

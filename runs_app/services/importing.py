@@ -34,10 +34,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app import ids, models_catalog, snapshots
-from sessions_app.errors import InvalidInput
+from core import ids, models_catalog
+from core.errors import InvalidInput
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.services.sessions import check_session_quota, imported_title
+from workspace import snapshots
 
 from ..models import Run, run_id
 from .export import snapshot_names

@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from sessions_app.errors import ConflictError, InvalidInput
+from core.errors import ConflictError, InvalidInput
 from sessions_app.models import Session
 from sessions_app.services import lock
 

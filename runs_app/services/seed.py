@@ -12,9 +12,9 @@ from datetime import timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app import ids
+from core import ids
 from sessions_app.models import Message, Part, Session
-from sessions_app.snapshots import EMPTY_TREE
+from workspace.snapshots import EMPTY_TREE
 
 from ..models import Run
 

@@ -13,7 +13,7 @@ from django.views.defaults import bad_request, page_not_found, server_error
 from rest_framework import exceptions
 from rest_framework.response import Response
 
-from ..errors import AppError
+from core.errors import AppError
 
 log = logging.getLogger(__name__)
 

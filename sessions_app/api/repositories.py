@@ -11,7 +11,8 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from ..errors import AppError, InvalidInput
+from core.errors import AppError, InvalidInput
+
 from ..selectors import session_data
 from ..services import repositories
 from ..services import sessions as session_services

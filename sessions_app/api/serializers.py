@@ -21,8 +21,10 @@ from drf_spectacular.utils import (
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
-from .. import models_catalog, permissions
-from ..errors import InvalidInput
+from core import models_catalog
+from core.errors import InvalidInput
+
+from .. import permissions
 from ..models import Message, Part, Session
 from ..selectors import page_limit
 from .errors import SENTENCE

@@ -18,7 +18,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
-from .. import models_catalog, snapshots
+from core import models_catalog
+from workspace import snapshots
+
 from ..models import Part, Share
 from ..selectors import (
     lineage,

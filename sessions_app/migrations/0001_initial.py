@@ -2,7 +2,7 @@
 
 import django.db.models.deletion
 import django.utils.timezone
-import sessions_app.ids
+import core.ids
 from django.conf import settings
 from django.db import migrations, models
 
@@ -19,7 +19,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Message',
             fields=[
-                ('id', models.CharField(default=sessions_app.ids.message_id, editable=False, max_length=40, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=core.ids.message_id, editable=False, max_length=40, primary_key=True, serialize=False)),
                 ('run_id', models.CharField(blank=True, db_index=True, max_length=40, null=True)),
                 ('role', models.CharField(choices=[('user', 'User'), ('assistant', 'Assistant')], max_length=16)),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
@@ -37,7 +37,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Session',
             fields=[
-                ('id', models.CharField(default=sessions_app.ids.session_id, editable=False, max_length=40, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=core.ids.session_id, editable=False, max_length=40, primary_key=True, serialize=False)),
                 ('title', models.CharField(blank=True, default='', max_length=200)),
                 ('model', models.CharField(blank=True, default='', max_length=200)),
                 ('system_prompt', models.TextField(blank=True, default='')),
@@ -61,7 +61,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Part',
             fields=[
-                ('id', models.CharField(default=sessions_app.ids.part_id, editable=False, max_length=40, primary_key=True, serialize=False)),
+                ('id', models.CharField(default=core.ids.part_id, editable=False, max_length=40, primary_key=True, serialize=False)),
                 ('order', models.PositiveIntegerField(default=0)),
                 ('type', models.CharField(choices=[('text', 'Text'), ('reasoning', 'Reasoning'), ('tool', 'Tool'), ('step-start', 'Step Start'), ('step-finish', 'Step Finish'), ('patch', 'Patch'), ('file', 'File')], max_length=16)),
                 ('text', models.TextField(blank=True, default='')),
@@ -99,7 +99,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='Share',
             fields=[
-                ('token', models.CharField(default=sessions_app.ids.share_token, max_length=64, primary_key=True, serialize=False)),
+                ('token', models.CharField(default=core.ids.share_token, max_length=64, primary_key=True, serialize=False)),
                 ('snapshot', models.CharField(blank=True, default='', max_length=64)),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
                 ('revoked_at', models.DateTimeField(blank=True, null=True)),

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from .. import events, snapshots
-from ..errors import ConflictError, InvalidInput, NotFoundError
+from core.errors import ConflictError, InvalidInput, NotFoundError
+from realtime import events
+from workspace import snapshots
+
 from ..models import HistoryEvent, Message, Part, Session
 from ..selectors import active_path, message_data, session_data
 from . import lock

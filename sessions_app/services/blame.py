@@ -31,8 +31,9 @@ from typing import Any
 
 from django.conf import settings
 
-from .. import snapshots
-from ..errors import InvalidInput, NotFoundError
+from core.errors import InvalidInput, NotFoundError
+from workspace import snapshots
+
 from ..models import Message, Part, Session
 from ..selectors import fork_point, path_ids
 

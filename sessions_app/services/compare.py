@@ -22,11 +22,12 @@ from typing import Any
 
 from django.conf import settings
 
-from .. import snapshots
-from ..errors import InvalidInput, NotFoundError
+from core.errors import InvalidInput, NotFoundError
+from workspace import snapshots
+from workspace.worktree_files import plain_relative
+
 from ..models import Message, Part, Session
 from ..selectors import _part_size, message_data, messages_with_parts
-from ..worktree_files import plain_relative
 from .revert import _objects_found
 
 

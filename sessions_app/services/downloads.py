@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from .. import snapshots
-from ..errors import InvalidInput, NotFoundError
+from core.errors import InvalidInput, NotFoundError
+from workspace import snapshots
+
 from ..models import Message, Session
 from ..selectors import active_path, files_at, fork_point
 from .revert import path_start

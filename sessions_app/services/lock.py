@@ -29,8 +29,9 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import metrics
-from ..errors import NotFoundError, SessionBusyError
+from core import metrics
+from core.errors import NotFoundError, SessionBusyError
+
 from ..models import Session
 
 # The lease of a run that waits for its owner's decision (``park``): no worker renews it, and

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-from .. import snapshots
+from workspace import snapshots
+
 from ..models import HistoryEvent, Part, Session, Share
 
 # HistoryEvent data keys that hold a tree id ("files" of a continue/regenerate; a revert's

@@ -35,10 +35,13 @@ from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
+from core import ids
+from core.errors import ConflictError, InvalidInput, NotFoundError
 from quotas_app.limits import effective
+from realtime import events
+from workspace import repos, snapshots, unpack
 
-from .. import events, ids, repos, snapshots, unpack, vault
-from ..errors import ConflictError, InvalidInput, NotFoundError
+from .. import vault
 from ..models import Credential, HistoryEvent, Message, Part, Session
 from ..selectors import session_data
 from . import downloads, lock

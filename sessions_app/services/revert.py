@@ -31,11 +31,13 @@ from types import TracebackType
 
 from django.db import DatabaseError, transaction
 
-from .. import events, snapshots
-from ..errors import ConflictError, InvalidInput, NotFoundError, SessionBusyError
+from core.errors import ConflictError, InvalidInput, NotFoundError, SessionBusyError
+from realtime import events
+from workspace import snapshots
+from workspace.worktree_files import plain_relative
+
 from ..models import HistoryEvent, Message, Part, Session
 from ..selectors import active_path, session_data
-from ..worktree_files import plain_relative
 from . import lock
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,10 @@ from typing import Any
 
 from django.db import transaction
 
-from .. import events, snapshots
-from ..errors import ConflictError, InvalidInput
+from core.errors import ConflictError, InvalidInput
+from realtime import events
+from workspace import snapshots
+
 from ..models import HistoryEvent, Message, Session
 from ..selectors import active_path, session_data
 from . import lock

@@ -9,10 +9,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from core.errors import ConflictError, InvalidInput, NotFoundError, SessionBusyError
 from quotas_app import services as quotas
+from realtime import events
+from workspace import snapshots
 
-from .. import events, snapshots
-from ..errors import ConflictError, InvalidInput, NotFoundError, SessionBusyError
 from ..models import HistoryEvent, Message, Session
 from ..selectors import active_path, files_at, session_data
 from . import lock

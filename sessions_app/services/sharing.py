@@ -15,8 +15,10 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .. import snapshots
-from ..errors import NotAuthenticated, NotFoundError
+from core.errors import NotAuthenticated, NotFoundError
+from workspace import snapshots
+from workspace.worktree_files import PATH_MAX
+
 from ..models import Message, Part, Session, Share
 from ..selectors import (
     active_path,
@@ -26,7 +28,6 @@ from ..selectors import (
     message_page,
     path_ids,
 )
-from ..worktree_files import PATH_MAX
 
 
 def share_session(

@@ -1735,7 +1735,7 @@ class Checker:
         return None
 
     def check_files(self) -> None:
-        from sessions_app.snapshots import SnapshotError, Snapshots
+        from workspace.snapshots import SnapshotError, Snapshots
 
         store = self.workspace / ".snapshots"
         last_run = {}

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import re
 
-from sessions_app import events
-from sessions_app.ids import message_id, part_id
+from core.ids import message_id, part_id
+from realtime import events
 
 from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_app.services.prune import prune_snapshots
-from sessions_app.snapshots import SnapshotError
+from workspace.snapshots import SnapshotError
 
 
 class Command(BaseCommand):

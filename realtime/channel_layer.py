@@ -11,7 +11,7 @@ This reaches into the layer's per-loop state (``_get_layer``, ``_get_group_chann
 ``tests/test_channel_layer.py`` checks it against a real Redis and a real subscriber.
 
 ``reserve_seqs`` numbers the events of groups in Redis, so that every process publishing to a
-group continues one sequence (``sessions_app/events.py``: ``seq`` and ``prev``).
+group continues one sequence (``realtime/events.py``: ``seq`` and ``prev``).
 """
 
 from __future__ import annotations

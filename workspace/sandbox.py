@@ -8,7 +8,7 @@ own PID, IPC, UTS, cgroup and network namespaces (no network unless
 capabilities. Nothing else of the platform is there: no other worktree, no snapshot store, no
 settings, no server environment. The command runs as ``nobody`` (uid and gid 65534) of a user
 namespace of its own, which is the server's user outside: what it writes in the worktree stays
-the server's. A seccomp filter (``runs_app/seccomp.py``) refuses the kernel keyring (shared
+the server's. A seccomp filter (``workspace/seccomp.py``) refuses the kernel keyring (shared
 with the server's user: ``/proc/keys`` is masked too), mounts, namespaces, modules, ``bpf``
 and the other calls a container runtime refuses, with ``EPERM``. ``/dev`` is read-only but for
 its devices and a ``/dev/shm`` of ``AGENT_SHELL_TMP_BYTES``, as ``/tmp``.
