@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .env import ROOT, VENV_BIN, Env, free_port, wait_port
-from .render import CHROMIUM, CHROMIUM_ARGS, INIT_SCRIPT, PASSWORD, build_session
+from .render import CHROMIUM, CHROMIUM_ARGS, INIT_SCRIPT, PASSWORD, build_session, logged_in
 from .stats import ratio
 
 BEFORE = "345670b"  # the chat before issue 28
@@ -155,15 +155,7 @@ def run(env: Env, *, quick: bool) -> dict[str, Any]:
                 contexts = {}
                 for variant, (_proc, port) in servers.items():
                     base = f"http://127.0.0.1:{port}"
-                    login = browser.new_context()
-                    page = login.new_page()
-                    page.goto(f"{base}/login/")
-                    page.fill("input[name=username]", user.username)
-                    page.fill("input[name=password]", PASSWORD)
-                    page.click("button[type=submit]")
-                    page.wait_for_url(f"{base}/")
-                    storage = login.storage_state()
-                    login.close()
+                    storage = logged_in(browser, base, user.username)
                     for width, options in WIDTHS.items():
                         for size, (session, head_id, marker) in sessions.items():
                             context = browser.new_context(storage_state=storage, **options)

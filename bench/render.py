@@ -314,6 +314,20 @@ class Api:
         self.http.close()
 
 
+def logged_in(browser: Any, base: str, username: str) -> dict[str, Any]:
+    """The storage state (the session cookie) of ``username`` logged in through the page."""
+    login = browser.new_context()
+    page = login.new_page()
+    page.goto(f"{base}/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{base}/")
+    storage = login.storage_state()
+    login.close()
+    return storage
+
+
 def _open_chat(variant: Variant, base: str, session_id: str) -> Any:
     page = variant.page()
     page.goto(f"{base}/sessions/{session_id}/", wait_until="commit")
@@ -696,15 +710,7 @@ def run(env: Env, *, quick: bool) -> dict[str, Any]:
             )
             try:
                 results["chromium"] = browser.version
-                login = browser.new_context()
-                page = login.new_page()
-                page.goto(f"{base}/login/")
-                page.fill("input[name=username]", user.username)
-                page.fill("input[name=password]", PASSWORD)
-                page.click("button[type=submit]")
-                page.wait_for_url(f"{base}/")
-                storage = login.storage_state()
-                login.close()
+                storage = logged_in(browser, base, user.username)
                 for v in variants:
                     v.open(browser, storage, init)
                 print(f"bench: render (a): {loads} loads each ...", flush=True)

@@ -85,6 +85,28 @@ def fills(series: list[str], others: str) -> dict[str, str]:
     }
 
 
+def _day_labels(days: list[date], slot: float) -> list[Label]:
+    """The days under the bars, at most ``X_LABELS_MAX`` of them, evenly spread."""
+    step = max(1, math.ceil(len(days) / X_LABELS_MAX))
+    return [
+        Label(round(LEFT + (i + 0.5) * slot, 2), HEIGHT - 6, f"{day:%b} {day.day}")
+        for i, day in enumerate(days)
+        if i % step == 0
+    ]
+
+
+def _value_ticks(top: float, plot_h: float, axis_prefix: str) -> list[Label]:
+    """``Y_TICKS`` + 1 values up the left side, from 0 to ``top``."""
+    return [
+        Label(
+            LEFT - 6,
+            round(TOP + plot_h - k / Y_TICKS * plot_h, 2),
+            compact(top * k / Y_TICKS, axis_prefix),
+        )
+        for k in range(Y_TICKS + 1)
+    ]
+
+
 def stacked_days(
     *,
     title: str,
@@ -121,27 +143,13 @@ def stacked_days(
                     title=f"{day:%Y-%m-%d} · {name}: {fmt(value)}",
                 )
             )
-    step = max(1, math.ceil(len(days) / X_LABELS_MAX))
-    x_labels = [
-        Label(round(LEFT + (i + 0.5) * slot, 2), HEIGHT - 6, f"{day:%b} {day.day}")
-        for i, day in enumerate(days)
-        if i % step == 0
-    ]
-    y_ticks = [
-        Label(
-            LEFT - 6,
-            round(TOP + plot_h - k / Y_TICKS * plot_h, 2),
-            compact(top * k / Y_TICKS, axis_prefix),
-        )
-        for k in range(Y_TICKS + 1)
-    ]
     return Chart(
         title=title,
         width=WIDTH,
         height=HEIGHT,
         rects=rects,
-        x_labels=x_labels,
-        y_ticks=y_ticks,
+        x_labels=_day_labels(days, slot),
+        y_ticks=_value_ticks(top, plot_h, axis_prefix),
         legend=[(name, colour[name]) for name in series],
         plot_left=LEFT,
         plot_right=WIDTH - RIGHT,

@@ -307,16 +307,7 @@ class Snapshots:
         ``track`` like any other. It keeps the clone's mtime (git's "racily clean" check needs
         it), is rewritten as index version 4, and its tree becomes the last snapshot's."""
         self.ensure()
-        store = (self.objects if self.objects is not None else self.git_dir / "objects") / "pack"
-        store.mkdir(parents=True, exist_ok=True)
-        order = {".pack": 0, ".rev": 1, ".idx": 2}
-        wanted = sorted(
-            (p for p in map(Path, packs) if PACK_NAME.fullmatch(p.name)),
-            key=lambda p: (order[p.suffix], p.name),
-        )
-        for pack in wanted:
-            if not (store / pack.name).exists():
-                _copy_regular(pack, store / pack.name)
+        self._copy_packs(packs)
         target = self.git_dir / "index"
         scratch = self.git_dir / f"index{TMP_PREFIX}seed"
         try:
@@ -345,6 +336,19 @@ class Snapshots:
             (self.git_dir / "last-tree").write_text(tree)
         finally:
             scratch.unlink(missing_ok=True)
+
+    def _copy_packs(self, packs: Iterable[Path]) -> None:
+        """A clone's pack files into the store, ``.idx`` last (see ``seed``)."""
+        store = (self.objects if self.objects is not None else self.git_dir / "objects") / "pack"
+        store.mkdir(parents=True, exist_ok=True)
+        order = {".pack": 0, ".rev": 1, ".idx": 2}
+        wanted = sorted(
+            (p for p in map(Path, packs) if PACK_NAME.fullmatch(p.name)),
+            key=lambda p: (order[p.suffix], p.name),
+        )
+        for pack in wanted:
+            if not (store / pack.name).exists():
+                _copy_regular(pack, store / pack.name)
 
     def _seedable(self, index: str) -> bool:
         """Whether the index at ``index`` (a clone's) may become this git dir's: see ``seed``.

@@ -60,14 +60,7 @@ class OpenAIProvider(SdkProvider):
                     if should_abort():
                         return
                     if getattr(chunk, "usage", None):
-                        usage = {
-                            "input_tokens": chunk.usage.prompt_tokens or 0,
-                            "output_tokens": chunk.usage.completion_tokens or 0,
-                        }
-                        details = getattr(chunk.usage, "prompt_tokens_details", None)
-                        cached = getattr(details, "cached_tokens", None) if details else None
-                        if cached:
-                            usage["cached_input_tokens"] = cached
+                        usage = usage_of(chunk.usage)
                     for choice in chunk.choices or []:
                         delta = choice.delta
                         if delta is None:
@@ -95,3 +88,16 @@ class OpenAIProvider(SdkProvider):
         for call in finished_calls(reason, calls):
             yield call
         yield Finish(usage=usage, reason=reason or "stop")
+
+
+def usage_of(reported: Any) -> dict[str, int]:
+    """The call's usage as the last chunk reports it (prompt caching where the server says)."""
+    usage = {
+        "input_tokens": reported.prompt_tokens or 0,
+        "output_tokens": reported.completion_tokens or 0,
+    }
+    details = getattr(reported, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details else None
+    if cached:
+        usage["cached_input_tokens"] = cached
+    return usage

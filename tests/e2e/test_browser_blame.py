@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
+from .ui import login, new_session, send, turn, wait_idle
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -15,17 +15,11 @@ GUTTERS = (
 )
 
 
-def _turn(page, script: str, answer: str) -> None:
-    send(page, script)
-    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === {answer!r}", timeout=40_000)
-    wait_idle(page)
-
-
 def test_the_gutter_names_each_line_s_step_and_a_click_goes_to_its_message(page, server):
     login(page, server)
     new_session(page)
-    _turn(page, "append notes.txt alpha\nappend notes.txt beta", "done")
-    _turn(page, "say second turn\nappend notes.txt gamma", "done")
+    turn(page, "append notes.txt alpha\nappend notes.txt beta", "done")
+    turn(page, "say second turn\nappend notes.txt gamma", "done")
     for i in range(4):  # a longer conversation: the first step scrolls out of sight
         send(page, f"say filler {i}\\n\\n" + "a long line of filler text\\n\\n" * 8)
         wait_idle(page)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .ui import LAST_ASSISTANT_TEXT, files_on_disk, login, new_session, send, wait_idle
+from .ui import files_on_disk, login, new_session, turn, wait_idle
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -22,12 +22,6 @@ GUTTERS = (
     "() => [...document.querySelectorAll('#file-view .blame-gutter')]"
     ".map(g => [g.dataset.start, g.dataset.label, g.dataset.messageId])"
 )
-
-
-def _turn(page, script: str, answer: str) -> None:
-    send(page, script)
-    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === {answer!r}", timeout=40_000)
-    wait_idle(page)
 
 
 def test_alternatives_compare_apply_keep_and_blame(page, server):
@@ -41,8 +35,8 @@ def test_alternatives_compare_apply_keep_and_blame(page, server):
 def _story(page, server) -> None:
     login(page, server)
     sid = new_session(page)
-    _turn(page, "write plan.txt plan\nsay one", "one")
-    _turn(page, "append notes.txt kept line\nsay two", "two")
+    turn(page, "write plan.txt plan\nsay one", "one")
+    turn(page, "append notes.txt kept line\nsay two", "two")
 
     # -- two alternatives of the second turn; keep the second ----------------------------------
     second = page.locator("#messages .msg.user").nth(1)
@@ -65,7 +59,7 @@ def _story(page, server) -> None:
     # -- the other alternative goes on in its own fork -----------------------------------------
     page.goto(f"{server.url}/sessions/{other}/")
     page.wait_for_selector("#messages .msg.assistant")
-    _turn(page, "append useful.txt from the other\nsay extra", "extra")
+    turn(page, "append useful.txt from the other\nsay extra", "extra")
     assert files_on_disk(server, other)["useful.txt"] == "from the other\n"
     assert "useful.txt" not in files_on_disk(server, sid)
 

@@ -19,6 +19,13 @@ def send(page, text: str) -> None:
     page.wait_for_function("() => document.getElementById('prompt').value === ''")
 
 
+def turn(page, script: str, answer: str) -> None:
+    """Send ``script`` and wait for the answer ``answer`` and the session at rest."""
+    send(page, script)
+    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === {answer!r}", timeout=40_000)
+    wait_idle(page)
+
+
 BADGE_IDLE = "() => document.getElementById('status').textContent.trim() === 'idle'"
 
 
