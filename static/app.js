@@ -19,7 +19,7 @@ import { renderInto } from "./markdown.js";
 import {
   closeViewers, ctx, el, initShare, loadChanges, loadFiles, loadLineage, loadShare, when,
 } from "./panels.js";
-import { initSidebar, markCurrent, renamed } from "./sidebar.js";
+import { initSidebar, markCurrent } from "./sidebar.js";
 import { compareButton } from "./compare.js";
 import { alternativesButton, initAlternatives } from "./alternatives.js";
 import { initRepository, renderSource, showPrepare } from "./repository.js";
@@ -583,8 +583,6 @@ function handle(ev) {
       const moved = !session || session.head_message_id !== ev.session.head_message_id;
       const hadRevert = session?.revert;
       setSession(ev.session);
-      showTitle();
-      renamed(ev.session.id, ev.session.title);
       if (hadRevert && !ev.session.revert) clearRevertPrompt();
       renderPermissions();
       renderModelPicker();

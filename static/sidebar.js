@@ -38,12 +38,6 @@ async function load() {
   markCurrent(app.current());
 }
 
-export function renamed(id, title) {
-  // A session's new title (its first prompt named it, or a rename): its row says so.
-  const a = document.querySelector(`#sidebar-list a[data-session-id="${CSS.escape(id)}"]`);
-  if (a && title && a.textContent !== title) { a.textContent = title; a.title = title; }
-}
-
 export function markCurrent(id) {
   for (const a of document.querySelectorAll("#sidebar-list a")) {
     if (a.dataset.sessionId === id) a.setAttribute("aria-current", "page");

@@ -5,12 +5,9 @@ the admin's fork) says in its lineage where it came from, and the list names an 
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
-from django.utils import timezone
 
 from sessions_app.models import Session
 from tests.conftest import client_for, new_session, run_turn
@@ -94,36 +91,3 @@ def test_the_tools_endpoint_says_shell_is_off_where_the_deployment_disables_it(a
     assert "disabled" in tools["shell"]["reason"]
     write = {"name": "write", "side_effects": True, "available": True, "reason": ""}
     assert tools["write"] == write
-
-
-def test_a_new_session_takes_its_first_prompts_first_line_as_its_title(api):
-    sid = api.post("/api/sessions/", {}, format="json").json()["id"]
-    assert Session.objects.get(id=sid).title == "New session"
-    run_turn(api, sid, "\n  Plan   the trip  \nsay ok")
-    assert api.get(f"/api/sessions/{sid}/").json()["title"] == "Plan the trip"
-    run_turn(api, sid, "say a second prompt names nothing")
-    assert Session.objects.get(id=sid).title == "Plan the trip"
-
-    long = new_session(api, title="New session")
-    run_turn(api, long, "say " + "word " * 30)
-    title = Session.objects.get(id=long).title
-    assert len(title) <= 60 and title.endswith("…") and title.startswith("say word word")
-
-    named = new_session(api, title="Mine")
-    run_turn(api, named, "say hello")
-    assert Session.objects.get(id=named).title == "Mine"
-
-
-def test_a_refused_prompt_names_nothing(api):
-    sid = api.post("/api/sessions/", {}, format="json").json()["id"]
-    # Held by a run whose lease is good for an hour: a prompt is refused (reject).
-    Session.objects.filter(id=sid).update(
-        busy_run_id="run_someone_else", lease_expires_at=timezone.now() + timedelta(hours=1)
-    )
-    response = api.post(
-        f"/api/sessions/{sid}/runs/",
-        {"messages": [{"role": "user", "content": "say busy"}]},
-        format="json",
-    )
-    assert response.status_code == 409
-    assert Session.objects.get(id=sid).title == "New session"

@@ -10,11 +10,8 @@ from django.conf import settings
 from django.db import transaction
 
 from core.errors import ConflictError, InvalidInput
-from realtime import events
 from sessions_app.models import Session
-from sessions_app.selectors import session_data
 from sessions_app.services import lock
-from sessions_app.services.sessions import title_from_prompt
 
 from .. import runtime
 from ..lifecycle import admit, cancel_waiting, end_abandoned, finish_unstarted
@@ -81,17 +78,7 @@ def start_run(
             max_steps=settings.AGENT_MAX_STEPS,
             created_by=user if getattr(user, "is_authenticated", False) else None,
         )
-        admitted = admit(locked, run, defer_enqueue=defer_enqueue)
-        # Admitted (a refusal raised above): a new session's first prompt names it.
-        if (
-            mode == Run.Mode.PROMPT
-            and normalised
-            and title_from_prompt(locked, normalised[0]["content"])
-        ):
-            events.publish_on_commit(
-                locked.id, events.SESSION_UPDATED, session=session_data(locked)
-            )
-        return admitted
+        return admit(locked, run, defer_enqueue=defer_enqueue)
 
 
 def compact_session(*, session: Session, user) -> Run:  # noqa: ANN001

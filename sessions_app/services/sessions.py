@@ -45,7 +45,7 @@ def create_session(
         check_session_quota(owner)
         session = Session.objects.create(
             owner=owner,
-            title=title[:200] or DEFAULT_TITLE,
+            title=title[:200] or "New session",
             model=model,
             system_prompt=system_prompt,
             checkpoint=checkpoint,
@@ -102,27 +102,6 @@ def imported_title(owner, title: str) -> str:  # noqa: ANN001
     if not base:
         return free_title(owner, lambda n: "Imported session" + (f" {n}" if n > 1 else ""))
     return free_title(owner, lambda n: f"{base} (imported)" if n == 1 else f"{base} (imported {n})")
-
-
-DEFAULT_TITLE = "New session"
-TITLE_FROM_PROMPT_MAX = 60
-
-
-def title_from_prompt(session: Session, text: str) -> bool:
-    """A session still called ``New session`` with no message yet takes its first prompt's
-    first line as its title (cut at ``TITLE_FROM_PROMPT_MAX`` characters), so the sidebar
-    does not list a row of identical names. Call with the session's row locked; True when it
-    changed (the caller says so to the browsers after commit)."""
-    if session.title != DEFAULT_TITLE or session.head_id is not None:
-        return False
-    line = next((" ".join(part.split()) for part in text.splitlines() if part.strip()), "")
-    if not line:
-        return False
-    if len(line) > TITLE_FROM_PROMPT_MAX:
-        line = line[: TITLE_FROM_PROMPT_MAX - 1].rstrip() + "…"
-    session.title = line
-    Session.objects.filter(id=session.id).update(title=line)
-    return True
 
 
 def rename_session(*, session: Session, title) -> Session:  # noqa: ANN001
