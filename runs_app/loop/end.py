@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 
 from django.utils import timezone
 
@@ -19,8 +18,6 @@ from ..checkpoint import storable
 from ..models import Run
 from .errors import LockLost
 from .state import LoopState
-
-log = logging.getLogger(__name__)
 
 
 class Ending(LoopState):

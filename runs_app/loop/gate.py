@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import logging
 import time
 from typing import Any
 
@@ -19,8 +18,6 @@ from .. import lifecycle
 from ..tools import ToolError, current_text
 from .errors import LockLost
 from .state import LoopState
-
-log = logging.getLogger(__name__)
 
 PREVIEW_MAX = 20_000
 PREVIEW_DIFF_BYTES = 1_000_000

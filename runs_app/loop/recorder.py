@@ -6,7 +6,6 @@ they go out at once and are stored with the part every ``STREAM_FLUSH_SECONDS``.
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -19,8 +18,6 @@ from sessions_app.selectors import message_data, part_data
 from sessions_app.services.revert import changes_summary, path_start
 
 from .state import LoopState
-
-log = logging.getLogger(__name__)
 
 
 class Recorder(LoopState):

@@ -5,7 +5,6 @@ completed with the seed's error sentence."""
 
 from __future__ import annotations
 
-import logging
 import time
 
 from django.utils import timezone
@@ -18,8 +17,6 @@ from ..tools import TOOLS
 from .errors import UNFINISHED, AwaitingApproval
 from .gate import approval_of
 from .state import LoopState
-
-log = logging.getLogger(__name__)
 
 
 class Recovery(LoopState):

@@ -5,7 +5,6 @@ skips it); multitask "rollback" takes the interrupted run off the path."""
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
@@ -21,8 +20,6 @@ from ..models import Run
 from .errors import UNFINISHED
 from .recovery import turn_finished
 from .state import LoopState
-
-log = logging.getLogger(__name__)
 
 
 class StartPhase(LoopState):

@@ -4,7 +4,6 @@ one ledger row written with it), the run's sum, and the owner's budget checked b
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from django.conf import settings
@@ -18,8 +17,6 @@ from .. import compaction
 from ..providers.base import ToolCall
 from .errors import BudgetReached
 from .state import LoopState
-
-log = logging.getLogger(__name__)
 
 
 class UsageMeter(LoopState):
