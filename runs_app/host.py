@@ -76,6 +76,7 @@ class RunHost:
         self.runs: dict[str, RunControl] = {}
         self._room: asyncio.Semaphore | None = None
         self.queued = 0  # runs handed over that wait for room (read by runs_app/metrics.py)
+        self.hosted = 0  # runs handed over and not yet ended here (waiting, starting or live)
         self._starting: asyncio.Semaphore | None = None
         self._texts: dict[str, tuple[Any, RunControl]] = {}  # part id → (part, its run)
         self._writing: asyncio.Future | None = None  # the batch of streamed text in flight
@@ -88,6 +89,7 @@ class RunHost:
             self._pid = os.getpid()
             self.runs = {}
             self.queued = 0
+            self.hosted = 0
             # The project is imported by now: the collector leaves it alone and collects
             # less often, so that no collection stops every run's tokens (core/heap.py).
             heap.settle()
@@ -156,6 +158,7 @@ class RunHost:
     async def _host(self, run_id: str, begun: concurrent.futures.Future) -> None:
         finished = begun.finished  # type: ignore[attr-defined]
         assert self._room is not None
+        self.hosted += 1
         try:
             async with self._admitted():  # at most RUN_HOST_CAPACITY live runs in this process
                 async with self.starting():
@@ -187,6 +190,7 @@ class RunHost:
             log.exception("run %s crashed in the host", run_id)
             _resolve(begun, False, exc)
         finally:
+            self.hosted -= 1
             _resolve(finished, None)
 
     @contextlib.asynccontextmanager
@@ -274,6 +278,23 @@ class RunHost:
         writing = self._writing
         if writing is not None and not writing.done():
             await asyncio.wait([writing])
+
+    def settle(self, timeout: float = 20.0) -> bool:
+        """Wait until no run handed over here is left; past half of ``timeout`` the live
+        ones are asked to stop (as an abort does). Whether it settled. Blocks; not for the
+        loop (the end of a test, whose database is then emptied under the runs)."""
+        deadline = time.monotonic() + timeout
+        asked = False
+        while self.hosted or self._writing is not None and not self._writing.done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            if not asked and left < timeout / 2:
+                asked = True
+                for control in list(self.runs.values()):
+                    control.abort.set()
+            time.sleep(0.02)
+        return True
 
     def close_connections(self) -> None:
         """Close the database connection of every database thread (an idle host; the end of

@@ -266,7 +266,7 @@ async function runResync() {
     // No run holds the session: what it stored is all there is (live objects merged).
     const exact = final || !LIVE.includes(fresh.status);
     let changed = applyStored(page, exact, seen);
-    if (!seen.has("session") && stable(fresh) !== stable(session)) {
+    if (!seen.has("session") && (stable(fresh) !== stable(session) || fresh.status !== currentStatus)) {
       // A session event was missed (its status, head or revert).
       setSession(fresh);
       setStatus(fresh.status);
@@ -576,17 +576,27 @@ function handle(ev) {
       if (m) { m.partIds = m.partIds.filter((id) => id !== ev.part_id); m.v = ++seq; }
       break;
     }
-    case "session.status": unqueue(ev.run_id); setStatus(ev.status); break;
+    case "session.status":
+      unqueue(ev.run_id);
+      // The status a run's start published may come after that run's end (it left another
+      // process first): a run known ended holds nothing.
+      if (ev.status !== "idle" && endedRuns.has(ev.run_id)) break;
+      if (session) session.status = ev.status;
+      setStatus(ev.status);
+      break;
     case "session.prepare": showPrepare(ev); break;
     case "session.diff": loadFiles(); loadChanges(); break;
     case "session.updated": {
+      // Older than the session held (a reply to this tab's own request came first): what it
+      // says is out of date — a revert it does not know of would be taken back.
+      if (olderThan(ev.session, session)) break;
       const moved = !session || session.head_message_id !== ev.session.head_message_id;
       const hadRevert = session?.revert;
       setSession(ev.session);
       if (hadRevert && !ev.session.revert) clearRevertPrompt();
       renderPermissions();
       renderModelPicker();
-      setStatus(ev.session.status);
+      if (ev.session.status === "idle" || !endedRuns.has(ev.session.busy_run_id)) setStatus(ev.session.status);
       const head = ev.session.head_message_id;
       if (moved && (!order.includes(head) || order[order.length - 1] !== head)) {
         // The head left the end of the path we show (rollback, a branch switch, continue,
@@ -598,8 +608,12 @@ function handle(ev) {
     }
     case "run.updated":
       if (ev.run.status !== "pending") unqueue(ev.run.id);
+      if (!["completed", "cancelled", "error"].includes(ev.run.status) && endedRuns.delete(ev.run.id)) {
+        scheduleResync(); // a run resumed: its status is read again, whatever came before
+      }
       if (ev.run.status === "error" && ev.run.error) showRunError(ev.run.error.message);
       if (["completed", "cancelled", "error"].includes(ev.run.status)) {
+        endedRuns.add(ev.run.id);
         // Everything the run stored is committed before this event: show exactly that.
         scheduleResync(true, 0);
         refreshTree();
@@ -614,6 +628,18 @@ function handle(ev) {
 }
 
 let currentStatus = "idle";
+const endedRuns = new Set(); // runs whose end this tab saw (their late "busy" is stale)
+
+function olderThan(next, held) {
+  // By ``updated_at`` (ISO 8601, UTC, to the microsecond; no fraction when it is zero).
+  if (!next?.updated_at || !held?.updated_at) return false;
+  const at = (iso) => {
+    const [whole, fraction = ""] = iso.replace("Z", "").split(".");
+    return [Date.parse(whole + "Z"), Number(fraction.padEnd(6, "0"))];
+  };
+  const [a, b] = [at(next.updated_at), at(held.updated_at)];
+  return a[0] < b[0] || (a[0] === b[0] && a[1] < b[1]);
+}
 
 function setStatus(status) {
   if (status !== currentStatus) globalV++;

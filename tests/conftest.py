@@ -26,6 +26,16 @@ def _run_host_connections(django_db_setup):
 
 
 @pytest.fixture(autouse=True)
+def _runs_settled(_django_db_marker) -> Iterator[None]:
+    """A test's runs end before its database is emptied: a run still writing in the host's
+    threads while the next transactional test truncates every table deadlocks that flush
+    (and fails tests that had nothing to do with it). Those still live are asked to stop."""
+    yield
+    if not host.settle(timeout=20):
+        pytest.fail(f"{host.hosted} run(s) of this test were still going 20 s after it ended")
+
+
+@pytest.fixture(autouse=True)
 def _workspace(settings, tmp_path):
     settings.WORKSPACE_ROOT = tmp_path / "workspaces"
     settings.SCRIPTED_DEFAULT_PACE_MS = 0

@@ -68,3 +68,26 @@ def test_a_burst_of_runs_starts_at_most_the_configured_number_at_once(
     assert loop is host.loop
     assert {r.status for r in Run.objects.filter(id__in=[r.id for r in runs])} == {"completed"}
     assert most[0] == at_once, "start-ups at once"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_settling_waits_for_the_runs_handed_over_and_stops_those_that_go_on(owner):
+    """The end of a test waits for this (tests/conftest.py): a run left going (a cancelled
+    one not yet stopped, a long ``wait``) kept writing while the next transactional test
+    emptied the database, and that flush deadlocked on its rows."""
+    assert host.settle(timeout=1), "nothing handed over: settled at once"
+    run = start_run(
+        session=create_session(owner=owner),
+        user=owner,
+        messages=[{"role": "user", "content": "wait 60\nsay never"}],
+        defer_enqueue=True,
+    )
+    begun = host.submit(run.id)
+    begun.result(timeout=10)  # it runs
+    assert host.hosted == 1
+    started = time.monotonic()
+    assert host.settle(timeout=4), "asked to stop past half the time, and stopped"
+    assert time.monotonic() - started < 4
+    assert host.hosted == 0 and begun.finished.done()
+    run.refresh_from_db()
+    assert run.status == Run.Status.CANCELLED

@@ -101,6 +101,9 @@ class StartPhase(LoopState):
                 self.snap.checkout(before, self.snap.patch(files, before))
             raise
         self.session.head_id = self.head_id
+        # As new as the head just written: the chat sets aside a session older than the one
+        # it holds (a late event), so this one must not look older than it is.
+        self.session.updated_at = timezone.now()
         # The path is another one now, and the files maybe too: the summary follows both.
         summary = self.store_summary(files if before else self.snap.track())
         for message in written:
