@@ -190,8 +190,8 @@ class RunHost:
             log.exception("run %s crashed in the host", run_id)
             _resolve(begun, False, exc)
         finally:
-            self.hosted -= 1
             _resolve(finished, None)
+            self.hosted -= 1  # after its end is said: a settled host has no run to finish
 
     @contextlib.asynccontextmanager
     async def _admitted(self) -> AsyncIterator[None]:
