@@ -316,7 +316,7 @@ def _compare_case(user: Any, client: Any, files: int, changed: int, samples: int
     call()
     api = _summary([_ms(call) for _ in range(samples)])
     floor = _summary(
-        [_ms(lambda: snap._git("diff", "--stat", trees[0], trees[1])) for _ in range(samples)]
+        [_ms(lambda: snap.git("diff", "--stat", trees[0], trees[1])) for _ in range(samples)]
     )
     return {"files": files, "changed": changed, "api": api, "floor": floor}
 

@@ -180,6 +180,7 @@ def clone_of(tree: Path, where: Path) -> Path:
 
 # -- the measures --------------------------------------------------------------------------------
 def measure_seed(label: str, clone: Path, work: Path, repeat: int) -> dict[str, Any]:
+    from workspace import seeding
     from workspace.snapshots import Snapshots
 
     files = int(git(clone, "ls-files", "-z").count("\0"))
@@ -188,7 +189,7 @@ def measure_seed(label: str, clone: Path, work: Path, repeat: int) -> dict[str, 
     store = work / f"{label}-store"
     snap = Snapshots(git_dir=work / f"{label}.git", worktree=clone, objects=store)
     packs = sorted((clone / ".git" / "objects" / "pack").iterdir())
-    seed_ms = _ms(lambda: snap.seed(clone / ".git" / "index", packs))
+    seed_ms = _ms(lambda: seeding.seed(snap, clone / ".git" / "index", packs))
     first_ms = _ms(snap.track)
     second_ms = _ms(snap.track)
     assert snap.track() == git(clone, "rev-parse", "HEAD^{tree}").strip(), "seeded tree differs"
@@ -254,6 +255,8 @@ def measure_revert(clone: Path, snap, names: list[str], repeat: int) -> dict[str
     """10 files changed by a step, then reverted and unreverted: the work on the files that
     ``revert_session`` / ``unrevert_session`` do (the database part is the checkpoint
     benchmark's)."""
+    from workspace import trees
+
     changed = [names[(i * len(names)) // 10] for i in range(10)]
     revert, unrevert, restore = [], [], []
     for _ in range(repeat):
@@ -264,7 +267,7 @@ def measure_revert(clone: Path, snap, names: list[str], repeat: int) -> dict[str
         after = snap.track()
 
         start = time.perf_counter()
-        target = snap.compose(after, dict.fromkeys(changed, before))
+        target = trees.compose(snap, after, dict.fromkeys(changed, before))
         snap.checkout(target, snap.patch(after, target))
         revert.append((time.perf_counter() - start) * 1000)
         start = time.perf_counter()

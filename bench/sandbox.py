@@ -45,7 +45,7 @@ async def _nothing(text: str) -> None:
 def run(*, quick: bool) -> dict[str, Any]:
     from django.conf import settings
 
-    from workspace import sandbox
+    from workspace import sandbox, sandbox_cgroups
 
     settings.AGENT_ALLOW_SHELL = True
     reason = sandbox.unavailable_reason()
@@ -101,7 +101,7 @@ def run(*, quick: bool) -> dict[str, Any]:
         "stop_p50_ms": percentile(stops, 50),
         "stop_p99_ms": percentile(stops, 99),
         "stop_max_ms": max(stops),
-        "cgroup": ", ".join(f"{k} {v}" for k, v in sandbox._cgroup_roots().items())
+        "cgroup": ", ".join(f"{k} {v}" for k, v in sandbox_cgroups.cgroup_roots().items())
         or "none (rlimits only)",
     }
 
@@ -124,7 +124,7 @@ def _unhardened_env(snap: Any, index: str | None = None) -> dict[str, str]:
 
 
 def _step_snapshots(steps: int) -> dict[str, Any]:
-    from workspace import sandbox, snapshots
+    from workspace import snapshots, worktree_undo
 
     with tempfile.TemporaryDirectory(prefix="agentplat-bench-snap-") as tmp:
         worktree = Path(tmp) / "wt"
@@ -189,7 +189,7 @@ def _step_snapshots(steps: int) -> dict[str, Any]:
             for path in files[step * 3 % len(files) :][:3]:
                 path.write_text(path.read_text() + f"z = {step}\n")
             start = time.perf_counter()
-            sandbox.Undo.record(worktree, hardened)
+            worktree_undo.Undo.record(worktree, hardened)
             undo.append((time.perf_counter() - start) * 1000)
         return {
             "snap_steps": steps,

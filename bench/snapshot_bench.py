@@ -41,6 +41,7 @@ def measure(files: int, repeat: int) -> dict[str, Any]:
     import django
 
     django.setup()
+    from workspace import trees
     from workspace.snapshots import Snapshots
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -64,8 +65,8 @@ def measure(files: int, repeat: int) -> dict[str, Any]:
                 p.write_text(p.read_text() + "changed\n")
             after = snap.track()
             start = time.perf_counter()
-            target = snap.compose(
-                after, {p.relative_to(worktree).as_posix(): before for p in changed}
+            target = trees.compose(
+                snap, after, {p.relative_to(worktree).as_posix(): before for p in changed}
             )
             snap.checkout(target, snap.patch(after, target))
             snap.diff_stat(after, target)

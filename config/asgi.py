@@ -12,7 +12,7 @@ django_asgi_app = get_asgi_application()
 from config.privileges import refuse_root  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
 from core import heap  # noqa: E402
-from runs_app import lifecycle, runtime  # noqa: E402
+from runs_app import runtime, sweeper  # noqa: E402
 
 refuse_root("web", embedded=runtime.embedded())
 
@@ -34,7 +34,7 @@ heap.settle()
 
 
 async def application(scope, receive, send):  # noqa: ANN001, ANN201
-    runtime.attach_server(asyncio.get_running_loop(), lifecycle.start_sweeper)
+    runtime.attach_server(asyncio.get_running_loop(), sweeper.start_sweeper)
     if scope["type"] == "lifespan":
         while True:
             message = await receive()

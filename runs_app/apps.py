@@ -9,9 +9,9 @@ class RunsAppConfig(AppConfig):
     def ready(self) -> None:
         # In-process runs go to the run host by way of the runtime, which therefore needs no
         # import of it (the host imports the runtime).
-        from sessions_app.services import repositories
+        from sessions_app.services import repo_import
 
         from . import host, runtime
 
         runtime.set_runner(host.host.submit)
-        repositories.set_dispatcher(runtime.enqueue_prepare)
+        repo_import.set_dispatcher(runtime.enqueue_prepare)

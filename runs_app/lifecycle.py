@@ -8,7 +8,7 @@
                   │         │     (decided)    │           (waits for the owner)   cancelled
                   │         └─finish_unstarted─┼──▶ cancelled (aborted before it started)
                   └─ 409 (reject)              └── begin again once its lease expired
-                                                   (its worker died: ``requeue_expired``)
+                                                   (its worker died: ``sweeper.py``)
 
 * ``admit`` saves a requested run and gives it the session's busy lock, or queues it behind
   the run that holds the session (``enqueue`` / ``interrupt`` / ``rollback``), or refuses
@@ -23,8 +23,10 @@
   ``requires_action``, the session ``waiting`` with a lease that never expires, no worker
   holds anything; ``resume_decided`` makes it pending again once every call is decided;
   ``cancel_waiting`` ends it (the waiting calls interrupted) and hands the session over.
-* ``requeue_expired`` (the sweep every worker and the embedded server run) starts again the
-  runs whose worker died, without waiting for the broker's visibility timeout.
+* ``end_abandoned`` ends a run whose worker is gone, closing what its execution left
+  unfinished (``unfinished.py``); the sweep every worker and the embedded server run
+  (``sweeper.py``) starts again the runs whose worker died, without waiting for the broker's
+  visibility timeout, and hands on a session whose holder ended (``release_if_ended``).
 
 Every change of a run's ``status`` goes through ``move`` and the table ``MOVES`` below: a
 conditional UPDATE (from the states the move leaves, to the one it enters), refused with
@@ -40,13 +42,10 @@ The engine runs steps between ``begin`` and ``finish``; services call ``admit``,
 from __future__ import annotations
 
 import logging
-import os
-import threading
-import time
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -54,15 +53,14 @@ from core import metrics, models_catalog
 from core.errors import SessionBusyError
 from quotas_app import services as quotas
 from realtime import events
-from sessions_app.models import Message, Part, Session
-from sessions_app.selectors import part_data, session_data
+from sessions_app.models import Part, Session
+from sessions_app.selectors import session_data
 from sessions_app.services import lock
-from workspace import snapshots
 
-from . import runtime
+from . import runtime, unfinished
 from .fencing import LeaseLost
 from .models import Run
-from .selectors import run_data
+from .selectors import active_runs, run_data
 
 log = logging.getLogger(__name__)
 
@@ -167,17 +165,6 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
     return run
 
 
-def active_runs(user_id: int, exclude: str = "") -> int:
-    """The runs of ``user_id``'s sessions that have not ended (pending, running, waiting for
-    approval): what ``concurrent_runs`` counts."""
-    return (
-        Run.objects.filter(session__owner_id=user_id)
-        .exclude(status__in=Run.TERMINAL)
-        .exclude(id=exclude)
-        .count()
-    )
-
-
 def held_by_another(session: Session, run_id: str) -> bool:
     """Whether another run holds ``session``: its lease is live, or it lapsed while that run
     has not ended (its worker died or was stopped: the sweep starts it again, and the session
@@ -268,7 +255,9 @@ def _take_over(locked: Session, run: Run) -> Begun | None:
         # session over in the transaction that records it), but should a run be found so, it
         # must not run beside the holder. It ends; what it saved is kept.
         log.error("run %s is running without its session %s", run.id, locked.id)
-        end_abandoned(run, Run.Status.ERROR, error=crashed_error(run.attempts), claimed=True)
+        end_abandoned(
+            run, Run.Status.ERROR, error=unfinished.crashed_error(run.attempts), claimed=True
+        )
         return Begun(None)
     if lock.is_busy(locked) or not lock.claim(locked.id, run.id, own_ok=False, locked=locked):
         log.info("run %s: session %s is still held", run.id, locked.id)
@@ -280,7 +269,9 @@ def _take_over(locked: Session, run: Run) -> Begun | None:
         end_abandoned(run, Run.Status.CANCELLED, claimed=True)
         return Begun(None)
     if run.attempts >= settings.RUN_MAX_ATTEMPTS:
-        end_abandoned(run, Run.Status.ERROR, error=crashed_error(run.attempts), claimed=True)
+        end_abandoned(
+            run, Run.Status.ERROR, error=unfinished.crashed_error(run.attempts), claimed=True
+        )
         return Begun(None)
     # Not a move: running stays running (its status cannot change under this lock), under a
     # new epoch — the old execution, if it is only stopped and not dead, is fenced out.
@@ -290,17 +281,6 @@ def _take_over(locked: Session, run: Run) -> Begun | None:
     run.attempts += 1
     run.lease_epoch += 1
     return None
-
-
-def crashed_error(attempts: int) -> dict:
-    times = "once" if attempts == 1 else f"{attempts} times in a row"
-    return {
-        "type": "RunCrashed",
-        "message": (
-            f"The run stopped without finishing {times} (its worker crashed or was stopped), "
-            "so it was not started again. What it saved is kept: continue or resume it."
-        ),
-    }
 
 
 def end_abandoned(
@@ -315,7 +295,7 @@ def end_abandoned(
     at its next check."""
     # What its open step did to the files, found before the row lock: git over a large
     # worktree must not hold the session row, which every start and end in it waits for.
-    closing = open_step_parts(run, run.session)
+    closing = unfinished.open_step_parts(run, run.session)
     with transaction.atomic():
         locked = lock.lock_session(run.session_id)
         if locked.busy_run_id == run.id and lock.is_busy(locked) and not claimed:
@@ -332,96 +312,14 @@ def end_abandoned(
         run.refresh_from_db()
         if not updated:
             return False
-        _close_open_step(run, locked, closing)
+        unfinished.close_open_step(run, locked, closing)
         if status == Run.Status.ERROR:
-            _end_unfinished(run, error or {})
+            unfinished.end_crashed_calls(run, error or {})
         if locked.busy_run_id == run.id:
             _hand_over(locked.id, run.id, locked)
         events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
         events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
     return True
-
-
-def _close_open_step(run: Run, session: Session, prepared: list[Part]) -> None:
-    """The step a dead execution left open (a ``step-start``, no ``step-finish``) ends as an
-    abort's would (SEMANTICS 1.7): its ``step-finish``, interrupted, with the files as they
-    are now, and the ``patch`` of what the step changed — else what its tools did before the
-    worker died would be in the worktree and in no snapshot (a revert would lose it).
-    ``prepared``: those parts found before the row lock, written as they are unless the
-    step's message changed since (an execution wrote to it meanwhile: found again)."""
-    first = prepared[0] if prepared else None
-    if first and Part.objects.filter(message_id=first.message_id, order__gte=first.order).exists():
-        prepared = open_step_parts(run, session)
-    for part in Part.objects.bulk_create(prepared):
-        events.publish_on_commit(run.session_id, events.PART_UPDATED, part=part_data(part))
-
-
-def open_step_parts(run: Run, session: Session) -> list[Part]:
-    """(Reads, and git; writes nothing.) The parts that close the step an execution of
-    ``run`` left open — its ``step-finish``, interrupted, with the files as they are now, and
-    the ``patch`` of what the step changed — or none when its last step ended."""
-    message = (
-        Message.objects.filter(run_id=run.id, role=Message.Role.ASSISTANT).order_by("-id").first()
-    )
-    if message is None:
-        return []
-    parts = list(Part.objects.filter(message=message).order_by("order"))
-    if any(p.type == Part.Type.STEP_FINISH for p in parts):
-        return []
-    start = next((p for p in parts if p.type == Part.Type.STEP_START), None)
-    before = (start.data or {}).get("snapshot") if start else None
-    if not before:
-        return []
-    snap = snapshots.for_session(session)
-    try:
-        after = snap.track()
-        changed = snap.patch(before, after) if after != before else []
-    except snapshots.SnapshotError:
-        log.exception("run %s: the files of its open step could not be recorded", run.id)
-        return []
-    order = parts[-1].order + 1
-    step = (start.data or {}).get("step", 0)
-    made = [
-        Part(
-            message=message,
-            session_id=run.session_id,
-            order=order,
-            type=Part.Type.STEP_FINISH,
-            data={"snapshot": after, "step": step, "interrupted": True},
-        )
-    ]
-    if changed:
-        made.append(
-            Part(
-                message=message,
-                session_id=run.session_id,
-                order=order + 1,
-                type=Part.Type.PATCH,
-                data={"snapshot": before, "files": changed},
-            )
-        )
-    return made
-
-
-def _end_unfinished(run: Run, error: dict) -> None:
-    now = time.time()
-    for part in Part.objects.filter(
-        message__run_id=run.id, type=Part.Type.TOOL, state__status__in=["pending", "running"]
-    ):
-        state = dict(part.state or {})
-        state.update(
-            status="error",
-            error="Tool execution was interrupted.",
-            metadata={**(state.get("metadata") or {}), "interrupted": True, "reason": "crashed"},
-        )
-        state.setdefault("time", {})["end"] = now
-        part.state = state
-        part.save(update_fields=["state"])
-        events.publish_on_commit(run.session_id, events.PART_UPDATED, part=part_data(part))
-    Message.objects.filter(run_id=run.id, completed_at__isnull=True).update(
-        completed_at=timezone.now(),
-        error={"reason": error.get("type", "RunCrashed"), "message": error.get("message", "")},
-    )
 
 
 def _add_usage(locked: Session, added: dict | None) -> None:
@@ -509,24 +407,13 @@ def cancel_waiting(run: Run, *, reason: str = "cancelled") -> Run:
         run.refresh_from_db()
         if not updated:
             return run
-        now = time.time()
         waiting = Part.objects.filter(  # the parked batch: undecided and decided-not-run
             session_id=run.session_id,
             type=Part.Type.TOOL,
             state__status="pending",
             state__has_key="approval",
         )
-        for part in waiting:
-            state = dict(part.state or {})
-            state.update(
-                status="error",
-                error="Tool execution was interrupted.",
-                metadata={**(state.get("metadata") or {}), "interrupted": True, "reason": reason},
-            )
-            state.setdefault("time", {})["end"] = now
-            part.state = state
-            part.save(update_fields=["state"])
-            events.publish_on_commit(run.session_id, events.PART_UPDATED, part=part_data(part))
+        unfinished.interrupt_calls(run.session_id, waiting, reason)
         if locked.busy_run_id == run.id:
             _hand_over(locked.id, run.id)
         events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
@@ -587,51 +474,14 @@ def _hand_over(session_id: str, run_id: str, locked: Session | None = None) -> s
     return next_run
 
 
-def requeue_expired() -> list[str]:
-    """Sessions whose busy lease expired belong to a dead worker: start the holder's run
-    again (``begin`` takes it over and it resumes), or release the lock when the holder had
-    already finished. A duplicate start is harmless (see ``begin``)."""
-    requeued = []
-    stale = Session.objects.filter(
-        busy_run_id__isnull=False, lease_expires_at__lt=timezone.now()
-    ).values_list("id", "busy_run_id")
-    for session_id, run_id in stale:
-        run = Run.objects.filter(id=run_id).only("status").first()
-        if run is None or run.is_terminal:
-            with transaction.atomic():  # to the oldest queued run, if one waits
-                locked = lock.lock_session(session_id)
-                # Read again under the lock: a run continued in place (``restart``) holds
-                # the session again, pending, and must keep it.
-                alive = Run.objects.filter(id=run_id).exclude(status__in=Run.TERMINAL)
-                if locked.busy_run_id == run_id and not alive.exists():
-                    _hand_over(session_id, run_id, locked)
-            continue
-        runtime.enqueue(run_id)
-        requeued.append(run_id)
-    return requeued
-
-
-_sweeper_pid = 0
-
-
-def start_sweeper() -> None:
-    """A daemon thread that runs ``requeue_expired`` every half lease, once per process."""
-    global _sweeper_pid
-    if _sweeper_pid == os.getpid():
-        return
-    _sweeper_pid = os.getpid()
-
-    def sweep() -> None:
-        interval = max(1.0, settings.RUN_LEASE_SECONDS / 2)
-        while True:
-            try:
-                requeued = requeue_expired()
-                if requeued:
-                    log.warning("re-enqueued runs with expired leases: %s", requeued)
-            except Exception:
-                log.exception("stale-run sweep failed")
-            finally:
-                connection.close()
-            time.sleep(interval)
-
-    threading.Thread(target=sweep, name="stale-run-sweeper", daemon=True).start()
+def release_if_ended(session_id: str, run_id: str) -> None:
+    """The sweep found the lease of ``run_id``, a run that has ended, expired: under the
+    session row lock the session goes to the oldest queued run, or back to idle — unless
+    ``run_id`` no longer holds it, or holds it alive again (continued in place by
+    ``restart``: pending, it keeps it)."""
+    with transaction.atomic():
+        locked = lock.lock_session(session_id)
+        # Read again under the lock: the sweep's read came before it.
+        alive = Run.objects.filter(id=run_id).exclude(status__in=Run.TERMINAL)
+        if locked.busy_run_id == run_id and not alive.exists():
+            _hand_over(session_id, run_id, locked)

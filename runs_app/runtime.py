@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import transaction
 
 from realtime.events import publisher
-from sessions_app.services.repositories import prepare_and_close
+from sessions_app.services.repo_import import prepare_and_close
 
 from . import abort_bus as buses
 
@@ -75,7 +75,7 @@ def enqueue(run_id: str) -> object:
 
 
 def enqueue_prepare(session_id: str, job: str) -> None:
-    """Start a session's prepare job (a clone: ``sessions_app.services.repositories``) where
+    """Start a session's prepare job (a clone: ``sessions_app.services.repo_import``) where
     work runs in this mode: a thread of this process, or a Celery task."""
     if in_process():
         threading.Thread(

@@ -28,6 +28,17 @@ def session_runs(session: Session, *, replaced: bool = False) -> list[Run]:
     return list(runs)
 
 
+def active_runs(user_id: int, exclude: str = "") -> int:
+    """The runs of ``user_id``'s sessions that have not ended (pending, running, waiting for
+    approval): what ``concurrent_runs`` counts."""
+    return (
+        Run.objects.filter(session__owner_id=user_id)
+        .exclude(status__in=Run.TERMINAL)
+        .exclude(id=exclude)
+        .count()
+    )
+
+
 def _branch_data(branch: dict | None) -> dict | None:
     if not branch:
         return None
@@ -109,11 +120,33 @@ def checkpoint_timeline(session: Session) -> list[dict[str, Any]]:
     K comes from one pass over the tree (a message's K is its parent's plus its entries)."""
     messages = all_messages(session)
     by_id = {m.id: m for m in messages}
-    system = 1 if session.system_prompt else 0
+    ends, trees = _indexes_and_trees(messages, by_id, system=1 if session.system_prompt else 0)
+    newest: dict[str, Message] = {}
+    for m in messages:
+        if m.run_id and (m.run_id not in newest or m.id > newest[m.run_id].id):
+            newest[m.run_id] = m
+    timeline = []
+    for run in Run.objects.filter(session=session).order_by("id"):
+        chain = []
+        current = newest.get(run.id)
+        while current is not None and current.run_id == run.id:
+            chain.append(current)
+            current = by_id.get(current.parent_id) if current.parent_id else None
+        for m in reversed(chain):
+            if m.completed_at is not None and entries(m):
+                timeline.append(_checkpoint(run, m, ends[m.id], trees.get(m.id)))
+    return timeline
+
+
+def _indexes_and_trees(
+    messages: list[Message], by_id: dict[str, Message], *, system: int
+) -> tuple[dict[str, int], dict[str, str | None]]:
+    """For every message: the K after it (its parent's plus its transcript entries; the
+    system prompt counts one) and the files' tree there (its last ``step-finish``'s
+    snapshot, else its parent's). Each message is resolved once, its ancestors first."""
     ends: dict[str, int] = {}
     trees: dict[str, str | None] = {}
-
-    def resolve(message: Message) -> None:
+    for message in messages:
         chain = []
         current: Message | None = message
         while current is not None and current.id not in ends:
@@ -131,42 +164,28 @@ def checkpoint_timeline(session: Session) -> list[dict[str, Any]]:
                 None,
             )
             trees[m.id] = finish or (trees[parent] if parent else None)
+    return ends, trees
 
-    newest: dict[str, Message] = {}
-    for m in messages:
-        resolve(m)
-        if m.run_id and (m.run_id not in newest or m.id > newest[m.run_id].id):
-            newest[m.run_id] = m
-    timeline = []
-    for run in Run.objects.filter(session=session).order_by("id"):
-        chain = []
-        current = newest.get(run.id)
-        while current is not None and current.run_id == run.id:
-            chain.append(current)
-            current = by_id.get(current.parent_id) if current.parent_id else None
-        for m in reversed(chain):
-            if m.completed_at is None or not entries(m):
-                continue
-            has_tools = any(p.type == Part.Type.TOOL for p in m.loaded_parts)
-            step = next(
-                (p.data.get("step") for p in m.loaded_parts if p.type == Part.Type.STEP_START),
-                None,
-            )
-            timeline.append(
-                {
-                    "run_id": run.id,
-                    "run_status": run.status,
-                    "message_id": m.id,
-                    "role": m.role,
-                    "kind": "input"
-                    if m.role == Message.Role.USER
-                    else ("tool-batch" if has_tools else "answer"),
-                    "step": step,
-                    "index": ends[m.id],
-                    "snapshot": trees.get(m.id),
-                    "preview": _preview(m),
-                    "hidden": m.hidden,
-                    "created_at": _iso(m.created_at),
-                }
-            )
-    return timeline
+
+def _checkpoint(run: Run, m: Message, index: int, tree: str | None) -> dict[str, Any]:
+    """One point of the timeline: message ``m`` of ``run``, K ``index``, files ``tree``."""
+    has_tools = any(p.type == Part.Type.TOOL for p in m.loaded_parts)
+    step = next(
+        (p.data.get("step") for p in m.loaded_parts if p.type == Part.Type.STEP_START),
+        None,
+    )
+    return {
+        "run_id": run.id,
+        "run_status": run.status,
+        "message_id": m.id,
+        "role": m.role,
+        "kind": "input"
+        if m.role == Message.Role.USER
+        else ("tool-batch" if has_tools else "answer"),
+        "step": step,
+        "index": index,
+        "snapshot": tree,
+        "preview": _preview(m),
+        "hidden": m.hidden,
+        "created_at": _iso(m.created_at),
+    }

@@ -3,9 +3,9 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import worker_ready
 
-from sessions_app.services import repositories
+from sessions_app.services import repo_import
 
-from . import lifecycle
+from . import sweeper
 from .host import host
 from .runtime import PREPARE_TASK, TASK_NAME
 
@@ -34,12 +34,12 @@ def run_agent_task(self, run_id: str) -> None:  # noqa: ANN001
 def _start_sweeper(**kwargs) -> None:  # noqa: ANN003
     """The next worker to start (and every running one, periodically) resumes the runs of
     workers that died: their leases expire and the sweep enqueues them again."""
-    lifecycle.start_sweeper()
+    sweeper.start_sweeper()
 
 
 @shared_task(name=PREPARE_TASK, acks_late=False)
 def prepare_session(session_id: str, job: str) -> None:
-    """Clone a new session's repository (``sessions_app.services.repositories.prepare``).
+    """Clone a new session's repository (``sessions_app.services.repo_import.prepare``).
     Acked on receipt: a worker lost mid-clone leaves the session held until its lease
     lapses; the clone is not started again."""
-    repositories.prepare(session_id, job)
+    repo_import.prepare(session_id, job)

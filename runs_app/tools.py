@@ -13,9 +13,9 @@ from typing import Any
 
 from django.conf import settings
 
-from workspace import sandbox, worktree_files
+from workspace import sandbox, worktree_files, worktree_undo
 from workspace.git_names import git_refuses
-from workspace.sandbox import worktree_bytes
+from workspace.worktree_usage import worktree_bytes
 
 
 class ToolError(Exception):
@@ -47,7 +47,7 @@ class ToolContext:
     # The session's snapshots (``workspace.snapshots.Snapshots``), given by the loop, which
     # holds the session's lock: ``shell`` snapshots the worktree before each command and puts
     # it back when the command goes over the worktree's limits. None: not put back.
-    snapshots: sandbox.SnapshotsLike | None = None
+    snapshots: worktree_undo.SnapshotsLike | None = None
 
     @property
     def worktree_limit(self) -> int:
@@ -287,7 +287,7 @@ async def _ashell(ctx: ToolContext, args: dict[str, Any]) -> str:
         raise ToolError("The command is longer than 100,000 characters.")
     undo = None
     if ctx.snapshots is not None:
-        undo = await asyncio.to_thread(sandbox.Undo.record, ctx.worktree, ctx.snapshots)
+        undo = await asyncio.to_thread(worktree_undo.Undo.record, ctx.worktree, ctx.snapshots)
     outcome = await sandbox.run(
         ctx.worktree,
         command,

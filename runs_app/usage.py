@@ -12,7 +12,7 @@ from django.conf import settings
 from quotas_app.selectors import quota_status, usage_report
 from sessions_app.models import Session
 
-from .lifecycle import active_runs
+from .selectors import active_runs
 
 
 def usage_of(user: Any, *, start: datetime, end: datetime, group_by: str) -> dict[str, Any]:

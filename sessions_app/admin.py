@@ -16,10 +16,12 @@ from core.errors import AppError
 from . import permissions
 from .models import HistoryEvent, Message, Part, Session, Share
 from .selectors import active_path
+from .services import cleanup as cleanup_services
 from .services import revert as revert_services
+from .services import revert_plan, sharing
 from .services import rollback as rollback_services
 from .services import sessions as session_services
-from .services import sharing
+from .services import unrevert as unrevert_services
 
 # The revert action's mode choice (SEMANTICS 14.5): value, label.
 REWIND_MODES = [
@@ -277,7 +279,7 @@ class SessionAdmin(OwnedAdmin):
         choice = request.POST.get("boundary", "")
         message_id, _, part_id = choice.partition(":")
         mode = request.POST.get("mode", "both")
-        mode = mode if mode in revert_services.MODES else "both"
+        mode = mode if mode in revert_plan.MODES else "both"
         plan = None
         if choice and "apply" in request.POST:
             try:
@@ -300,7 +302,7 @@ class SessionAdmin(OwnedAdmin):
             return None
         if choice:
             try:
-                plan = revert_services.plan_revert(
+                plan = revert_plan.plan_revert(
                     session=session, message_id=message_id, part_id=part_id or None, mode=mode
                 )
             except AppError as exc:
@@ -326,13 +328,13 @@ class SessionAdmin(OwnedAdmin):
         description="Unrevert (restore the files from before the revert)", permissions=["change"]
     )
     def unrevert_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
-        self._each(request, queryset, revert_services.unrevert_session, "Unreverted")
+        self._each(request, queryset, unrevert_services.unrevert_session, "Unreverted")
 
     @admin.action(
         description="Confirm the revert (clean up what lies after it)", permissions=["change"]
     )
     def cleanup_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
-        self._each(request, queryset, revert_services.cleanup_session, "Cleaned up")
+        self._each(request, queryset, cleanup_services.cleanup_session, "Cleaned up")
 
     def _each(self, request: HttpRequest, queryset, service, verb: str) -> None:  # noqa: ANN001
         done = 0

@@ -1,4 +1,5 @@
-"""Server-rendered pages of the browser UI; the chat view's behaviour is in static/app.js."""
+"""Server-rendered pages of the browser UI; the chat view's behaviour is in static/chat/ (its
+entry: static/app.js)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ from django.views.decorators.http import require_POST
 
 from core.errors import AppError, NotAuthenticated, NotFoundError
 
-from .api.serializers import CredentialIn
+from .api.serializers.repositories import CredentialIn
 from .selectors import session_for_user, sessions_for_user
-from .services import repositories, sharing
+from .services import credentials as credential_services
+from .services import sharing
 from .services.accounts import change_password
 from .services.sessions import create_session, delete_session, rename_session
 
@@ -206,7 +208,7 @@ def credentials(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         try:
             if request.POST.get("delete"):
-                repositories.delete_credential(
+                credential_services.delete_credential(
                     owner=request.user, credential_id=request.POST["delete"]
                 )
             else:
@@ -214,11 +216,11 @@ def credentials(request: HttpRequest) -> HttpResponse:
                 if not form.is_valid():
                     field, problems = next(iter(form.errors.items()))
                     raise AppError(f"{field}: {problems[0]}")
-                repositories.save_credential(owner=request.user, **form.validated_data)
+                credential_services.save_credential(owner=request.user, **form.validated_data)
             return redirect("credentials")
         except AppError as exc:
             error = exc.message
-    rows = repositories.credentials_of(request.user)
+    rows = credential_services.credentials_of(request.user)
     return render(
         request,
         "app/credentials.html",

@@ -1,6 +1,6 @@
 """docs/configuration.md lists every environment variable the code reads, with the code's
 default (issue 28, item 13). The code is read, not imported: every ``os.environ.get(NAME,
-default)``, ``os.getenv`` and ``_env_bool(NAME, default)`` of ``config/`` and the apps, and
+default)``, ``os.getenv`` and ``env_bool(NAME, default)`` of ``config/`` and the apps, and
 the default, where it is a constant, must be the one the document's table gives."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ SOURCES = ["config", "sessions_app", "runs_app", "quotas_app", "core", "workspac
 DOC = ROOT / "docs" / "configuration.md"
 # Set by the code itself for its own child processes or the frameworks, never by an operator.
 NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE"}
-READERS = ("os.environ.get", "os.getenv", "_env_bool", "os.environ.setdefault")
+READERS = ("os.environ.get", "os.getenv", "env_bool", "os.environ.setdefault")
 OPERATIONS = {ast.Mult: lambda a, b: a * b, ast.Pow: lambda a, b: a**b, ast.Add: lambda a, b: a + b}
 
 
@@ -34,7 +34,7 @@ def _reads() -> dict[str, list[tuple[str, object]]]:
                 if func not in (
                     "os.environ.get",
                     "os.getenv",
-                    "_env_bool",
+                    "env_bool",
                     "os.environ.setdefault",
                 ):
                     continue
@@ -44,7 +44,7 @@ def _reads() -> dict[str, list[tuple[str, object]]]:
                 if len(node.args) > 1:
                     default = _constant(node.args[1])
                 else:
-                    default = False if func == "_env_bool" else None
+                    default = False if func == "env_bool" else None
                 where = f"{path.relative_to(ROOT)}:{node.lineno}"
                 found.setdefault(name.value, []).append((where, default))
     return found

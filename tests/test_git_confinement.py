@@ -164,7 +164,7 @@ def test_no_child_git_or_shell_can_start_from_the_runner(tmp_path):
     snap = snapshots.Snapshots(git_dir=tmp_path / "snap.git", worktree=worktree)
     snap.ensure()
     head = system_git(worktree / "sub", "rev-parse", "HEAD").strip()
-    snap._check(["update-index", "--add", "--cacheinfo", f"160000,{head},sub"])
+    snap.check(["update-index", "--add", "--cacheinfo", f"160000,{head},sub"])
     result = snap._run(["add", "--all", "--", "."])
     assert result.code != 0 and "status" in result.stderr
     assert ran(markers) == []

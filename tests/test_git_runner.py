@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from workspace import snapshots
+from workspace import snapshots, trees
 from workspace.snapshots import SnapshotError, Snapshots
 
 REAL_GIT = shutil.which("git")
@@ -87,7 +87,7 @@ def test_no_subprocess_call_is_left_outside_the_runner():
         lambda s, tree: s.read_blob(tree, "a.txt"),
         lambda s, tree: s.checkout(tree, ["a.txt"]),
         lambda s, tree: s.diff_stat(tree, snapshots.EMPTY_TREE),
-        lambda s, tree: s.compose(tree, {"a.txt": snapshots.EMPTY_TREE}),
+        lambda s, tree: trees.compose(s, tree, {"a.txt": snapshots.EMPTY_TREE}),
     ],
     ids=["track", "read_blob", "checkout", "diff_stat", "compose"],
 )
@@ -127,11 +127,11 @@ def test_a_failing_cat_file_batch_raises_snapshot_error(snap, tmp_path, monkeypa
         snap.checkout(tree, ["a.txt"])
     assert (snap.worktree / "a.txt").read_text() == "two"
     with pytest.raises(SnapshotError, match="git cat-file: fatal: broken"):
-        snap.compose(tree, {"a.txt": snapshots.EMPTY_TREE})
+        trees.compose(snap, tree, {"a.txt": snapshots.EMPTY_TREE})
 
 
 def blob_file(snap: Snapshots, tree: str, name: str) -> Path:
-    sha = snap._git("rev-parse", f"{tree}:{name}").strip()
+    sha = snap.git("rev-parse", f"{tree}:{name}").strip()
     return snap.git_dir / "objects" / sha[:2] / sha[2:]
 
 
@@ -166,7 +166,7 @@ def test_the_runner_returns_a_failure_for_the_caller_to_judge(snap):
     result = snap._run(["cat-file", "-t", "0" * 40])
     assert result.code == 128 and "fatal:" in result.stderr and result.stdout == b""
     with pytest.raises(SnapshotError, match="git cat-file: "):
-        snap._git("cat-file", "-t", "0" * 40)
+        snap.git("cat-file", "-t", "0" * 40)
     assert snap.read_blob(snapshots.EMPTY_TREE, "nothing.txt") is None
 
 
@@ -176,4 +176,4 @@ def test_names_git_refuses_still_stay_out_through_the_runner(snap):
     (wt / "GIT~1").mkdir()
     (wt / "GIT~1" / "config").write_text("refused by git")
     tree = snap.track()
-    assert snap._git("ls-tree", "-r", "--name-only", tree).split() == ["ok.txt"]
+    assert snap.git("ls-tree", "-r", "--name-only", tree).split() == ["ok.txt"]

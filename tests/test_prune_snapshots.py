@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from sessions_app.models import HistoryEvent, Message, Part, Session, Share
-from workspace import snapshots
+from workspace import git_output, snapshots, trees
 
 pytestmark = pytest.mark.django_db
 
@@ -77,10 +77,10 @@ def store(owner):
     revert_tree = track({"dir/sub/common.txt": "revert"})
     history_tree = track({"h.txt": "history"})
     last_tree = track({"a.txt": "last"})
-    composed = snap.compose(last_tree, {"h.txt": snapshots.EMPTY_TREE, "zz.txt": part_tree})
+    composed = trees.compose(snap, last_tree, {"h.txt": snapshots.EMPTY_TREE, "zz.txt": part_tree})
     write(snap.worktree, {"pending.txt": "only the index names me"})
     snap._add_all(None)  # a git add whose write-tree never happened (a killed worker)
-    pending = snap._git("ls-files", "-s", "pending.txt").split()[1]
+    pending = snap.git("ls-files", "-s", "pending.txt").split()[1]
 
     message = Message.objects.create(session=a, role=Message.Role.ASSISTANT)
     Part.objects.create(message=message, session=a, type="step-start", data={"snapshot": part_tree})
@@ -98,7 +98,7 @@ def store(owner):
 
     garbage = {
         object_path(unreferenced),
-        object_path(snap._git("rev-parse", f"{unreferenced}:t2.txt").strip()),
+        object_path(snap.git("rev-parse", f"{unreferenced}:t2.txt").strip()),
         object_path(composed),
     }
     return {
@@ -112,7 +112,7 @@ def store(owner):
 
 def test_prune_deletes_old_unreachable_objects_and_keeps_every_snapshot(store):
     age_every_object(30)
-    fresh = store["snap"]._git("hash-object", "-w", "--stdin", input=b"written just now").strip()
+    fresh = store["snap"].git("hash-object", "-w", "--stdin", input=b"written just now").strip()
     everything = object_files()
     assert store["garbage"] < everything
 
@@ -150,8 +150,8 @@ def test_a_tree_composed_again_is_fresh_again(store):
     is freshened like git freshens what it would write, so a prune in between keeps it."""
     snap, sha = store["snap"], store["composed"]
     age_every_object(30)
-    body = snap._check(["cat-file", "tree", sha])
-    assert snap._write_tree_object(snapshots._parse_tree(body)).hex() == sha
+    body = snap.check(["cat-file", "tree", sha])
+    assert trees.write_tree(snap, git_output.parse_tree(body)).hex() == sha
     assert object_path(sha).stat().st_mtime > time.time() - 60
     assert "2 unreachable object(s) freed" in prune()
     assert object_path(sha).exists()

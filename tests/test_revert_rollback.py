@@ -11,9 +11,10 @@ from django.db import DatabaseError, OperationalError, connections
 
 from realtime import events
 from sessions_app.models import HistoryEvent, Message, Session
-from sessions_app.services.revert import revert_session, unrevert_session
+from sessions_app.services.revert import revert_session
+from sessions_app.services.unrevert import unrevert_session
 from tests.conftest import run_turn
-from workspace.snapshots import Snapshots
+from workspace import worktree_paths
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -80,16 +81,16 @@ def fail_commit(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def fail_second_file_write(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = Snapshots._write
+    original = worktree_paths.write_file
     calls = []
 
-    def write(self: Snapshots, name: str, mode: str, body: bytes) -> None:
+    def write(worktree: Path, name: str, mode: str, body: bytes) -> None:
         calls.append(name)
         if len(calls) == 2:
             raise OSError(28, "No space left on device")
-        original(self, name, mode, body)
+        original(worktree, name, mode, body)
 
-    monkeypatch.setattr(Snapshots, "_write", write)
+    monkeypatch.setattr(worktree_paths, "write_file", write)
 
 
 FAILURES = {

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from realtime import events
 from sessions_app.models import HistoryEvent, Message, Part, Session
-from sessions_app.services.revert import plan_revert
+from sessions_app.services.revert_plan import plan_revert
 from tests.conftest import run_turn
 
 pytestmark = pytest.mark.django_db(transaction=True)

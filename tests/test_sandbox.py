@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from runs_app.tools import TOOLS, ToolContext, ToolError, ToolInterrupted, available_tools
-from workspace import sandbox
+from workspace import sandbox, worktree_usage
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None and not os.environ.get("REQUIRE_BROWSER"),
@@ -116,7 +116,7 @@ def test_the_disk_cannot_be_filled(worktree, settings):
         "i=0; while true; do i=$((i+1)); head -c 1000000 /dev/zero > f$i; sleep 0.05; done",
     )
     assert "grew past" in out
-    assert sandbox.worktree_bytes(worktree) < 12 * 1024 * 1024
+    assert worktree_usage.worktree_bytes(worktree) < 12 * 1024 * 1024
     out = failing(worktree, "head -c 500000000 /dev/zero > /tmp/big")
     assert "No space left" in out or "File size limit" in out
 

@@ -17,7 +17,7 @@ import pytest
 from runs_app.tools import TOOLS, ToolContext, ToolError
 from sessions_app.models import Session
 from tests.conftest import new_session, run_turn
-from workspace import sandbox
+from workspace import sandbox, sandbox_cgroups, sandbox_probe, seccomp
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None and not os.environ.get("REQUIRE_BROWSER"),
@@ -243,23 +243,23 @@ def test_a_command_past_the_quota_leaves_the_worktree_as_it_was(api, settings):
 
 def test_the_sandbox_says_what_this_host_lacks(worktree, monkeypatch):
     assert isinstance(sandbox.limitations(), list)
-    monkeypatch.setattr(sandbox.seccomp, "program", _no_seccomp)
-    sandbox._probe.cache_clear()
+    monkeypatch.setattr(seccomp, "program", _no_seccomp)
+    sandbox_probe.probe.cache_clear()
     try:
         assert sandbox.unavailable_reason() == ""
         lost = sandbox.limitations()
         assert any("No seccomp filter" in s and "kernel keyring" in s for s in lost), lost
         assert shell(worktree, "echo still runs") == "still runs\n"
     finally:
-        sandbox._probe.cache_clear()
+        sandbox_probe.probe.cache_clear()
 
 
 def _no_seccomp() -> bytes:
-    raise sandbox.seccomp.Unavailable("libseccomp is not installed (test)")
+    raise seccomp.Unavailable("libseccomp is not installed (test)")
 
 
 def test_the_cgroups_are_removed_after_each_command(worktree):
-    roots = set(sandbox._cgroup_roots().values())
+    roots = set(sandbox_cgroups.cgroup_roots().values())
     before = {root: set(root.iterdir()) for root in roots}
     asyncio.run(sandbox.run(worktree, "true", on_output=_nothing, should_stop=lambda: False))
     assert {root: set(root.iterdir()) for root in roots} == before

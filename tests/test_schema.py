@@ -18,7 +18,10 @@ from runs_app.api import serializers as run_shapes
 from runs_app.lifecycle import STRATEGIES
 from runs_app.models import Run
 from runs_app.selectors import checkpoint_timeline, run_data, run_for_user
-from sessions_app.api import serializers as shapes
+from sessions_app.api.serializers import files as file_shapes
+from sessions_app.api.serializers import messages as message_shapes
+from sessions_app.api.serializers import sessions as session_shapes
+from sessions_app.api.serializers import sharing as share_shapes
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import (
     lineage,
@@ -203,12 +206,12 @@ def test_the_declared_shapes_are_what_the_api_returns(api, owner, settings):
     sid = api.post("/api/sessions/", {"title": "shapes"}, format="json").json()["id"]
     run = run_turn(api, sid, "think first\nwrite a.txt x\nsay ok")
     session = Session.objects.get(id=sid)
-    assert set(session_data(session)) == fields(shapes.SessionOut)
+    assert set(session_data(session)) == fields(session_shapes.SessionOut)
     assert set(run_data(Run.objects.get(id=run["id"]))) == fields(run_shapes.RunOut)
     revert = {"message_id": run["input_message_id"]}
     assert api.post(f"/api/sessions/{sid}/revert/", revert, format="json").status_code == 200
     reverted = session_data(Session.objects.get(id=sid))["revert"]
-    assert set(reverted) == fields(shapes.RevertOut)
+    assert set(reverted) == fields(session_shapes.RevertOut)
     api.post(f"/api/sessions/{sid}/unrevert/")
 
     settings.API_PART_FIELD_MAX = 3  # every part cut: ``truncated`` is declared too
@@ -216,42 +219,42 @@ def test_the_declared_shapes_are_what_the_api_returns(api, owner, settings):
     for message in Message.objects.filter(session_id=sid).prefetch_related("parts"):
         parts = list(message.parts.order_by("order"))
         data = message_data(message, parts)
-        assert set(data) == fields(shapes.MessageOut)
+        assert set(data) == fields(message_shapes.MessageOut)
         for part in parts:
-            shape = shapes.PART_SHAPES[part.type]
+            shape = message_shapes.PART_SHAPES[part.type]
             declared = fields(shape)
             required = {name for name, f in shape().fields.items() if f.required}
             for body in (part_data(part), part_data(part, whole=True)):
                 assert required <= set(body) <= declared, (part.type, set(body) ^ declared)
             if part.type == Part.Type.TOOL:
-                assert set(part.state) <= fields(shapes.ToolStateOut)
+                assert set(part.state) <= fields(message_shapes.ToolStateOut)
             seen.add(part.type)
     assert {"text", "reasoning", "tool", "step-start", "step-finish", "patch"} <= seen
 
     entry = checkpoint_timeline(session)[0]
     assert set(entry) == fields(run_shapes.CheckpointOut)
-    assert set(message_tree(session)[0]) == fields(shapes.TreeEntryOut)
-    assert set(lineage(session, owner)) == fields(shapes.LineageOut)
-    assert set(lineage(session, owner)["session"]) == fields(shapes.SessionBriefOut)
+    assert set(message_tree(session)[0]) == fields(message_shapes.TreeEntryOut)
+    assert set(lineage(session, owner)) == fields(session_shapes.LineageOut)
+    assert set(lineage(session, owner)["session"]) == fields(session_shapes.SessionBriefOut)
     diff = api.get(f"/api/sessions/{sid}/diff/").json()
-    assert diff and set(diff[0]) == fields(shapes.DiffEntryOut)
+    assert diff and set(diff[0]) == fields(file_shapes.DiffEntryOut)
     patch = api.get(f"/api/sessions/{sid}/diff/?file=a.txt").json()
-    assert set(patch) == fields(shapes.FileDiffOut)
+    assert set(patch) == fields(file_shapes.FileDiffOut)
     transcript = api.get(f"/api/runs/{run['id']}/messages/").json()
     for item in transcript:
         assert set(item) <= fields(run_shapes.TranscriptEntryOut)
     listing = api.get(f"/api/sessions/{sid}/files/").json()
-    assert set(listing[0]) == fields(shapes.WorktreeEntryOut)
+    assert set(listing[0]) == fields(file_shapes.WorktreeEntryOut)
 
     link = api.post(f"/api/sessions/{sid}/share/").json()
-    assert set(link) == fields(shapes.ShareLinkOut)
+    assert set(link) == fields(share_shapes.ShareLinkOut)
     view = api.get(f"/api/shared/{link['token']}/").json()
-    assert set(view) == fields(shapes.SharedOut)
-    assert set(view["session"]) == fields(shapes.SharedSessionOut)
+    assert set(view) == fields(share_shapes.SharedOut)
+    assert set(view["session"]) == fields(share_shapes.SharedSessionOut)
     page = api.get("/api/sessions/").json()
-    assert set(page) == fields(shapes.SessionPageOut)
+    assert set(page) == fields(session_shapes.SessionPageOut)
     page = api.get(f"/api/sessions/{sid}/messages/").json()
-    assert set(page) == fields(shapes.MessagePageOut)
+    assert set(page) == fields(message_shapes.MessagePageOut)
     aborted = api.post(f"/api/sessions/{sid}/abort/").json()
     assert set(aborted) == fields(run_shapes.AbortOut)
 

@@ -10,6 +10,7 @@ import subprocess
 
 import pytest
 
+from workspace import seeding, skipped_files
 from workspace.snapshots import Snapshots
 
 
@@ -57,7 +58,7 @@ def loose_objects(store):
 def test_a_seeded_clone_snapshots_without_hashing_its_files(clone, tmp_path):
     store = tmp_path / "store"
     snap = Snapshots(git_dir=tmp_path / "s.git", worktree=clone, objects=store)
-    snap.seed(clone / ".git" / "index", packs_of(clone))
+    seeding.seed(snap, clone / ".git" / "index", packs_of(clone))
     copied = sorted(p.name for p in (store / "pack").iterdir())
     assert copied == sorted(p.name for p in packs_of(clone))
     for pack in packs_of(clone):
@@ -76,9 +77,9 @@ def test_a_seeded_clone_snapshots_without_hashing_its_files(clone, tmp_path):
 def test_seeding_twice_or_over_a_pack_already_there_is_harmless(clone, tmp_path):
     store = tmp_path / "store"
     first = Snapshots(git_dir=tmp_path / "a.git", worktree=clone, objects=store)
-    first.seed(clone / ".git" / "index", packs_of(clone))
+    seeding.seed(first, clone / ".git" / "index", packs_of(clone))
     second = Snapshots(git_dir=tmp_path / "b.git", worktree=clone, objects=store)
-    second.seed(clone / ".git" / "index", packs_of(clone))
+    seeding.seed(second, clone / ".git" / "index", packs_of(clone))
     assert first.track() == second.track()
 
 
@@ -96,9 +97,9 @@ def test_seed_takes_no_link(clone, tmp_path):
     store = tmp_path / "store"
     snap = Snapshots(git_dir=tmp_path / "s.git", worktree=clone, objects=store)
     with pytest.raises(OSError):
-        snap.seed(index, [link])
+        seeding.seed(snap, index, [link])
     assert not (store / "pack" / link.name).exists()
-    snap.seed(index, [])
+    seeding.seed(snap, index, [])
     assert not (snap.git_dir / "index").exists()
     assert snap.track() == plain_git(clone, "rev-parse", "HEAD^{tree}").strip()
 
@@ -119,7 +120,7 @@ def test_an_index_with_a_path_git_refuses_is_not_seeded(clone, tmp_path):
     )
     env_index.write_bytes(_with_path_renamed(env_index.read_bytes(), b"zz/evil", b"../evil"))
     snap = Snapshots(git_dir=tmp_path / "s.git", worktree=clone, objects=tmp_path / "store")
-    snap.seed(env_index, [])
+    seeding.seed(snap, env_index, [])
     assert not (snap.git_dir / "index").exists(), "refused: the next track hashes every file"
     tree = snap.track()
     assert tree == plain_git(clone, "rev-parse", "HEAD^{tree}").strip()
@@ -135,7 +136,7 @@ def test_seed_leaves_the_excluded_paths_out(clone, tmp_path, settings):
     plain_git(origin, "commit", "-q", "-m", "two")
     plain_git(clone, "pull", "-q", "--ff-only")
     snap = Snapshots(git_dir=tmp_path / "s.git", worktree=clone, objects=tmp_path / "store")
-    snap.seed(clone / ".git" / "index", packs_of(clone))
+    seeding.seed(snap, clone / ".git" / "index", packs_of(clone))
     names = snap._all_files(snap.track())
     assert "README" in names and not [n for n in names if n.startswith("node_modules/")]
 
@@ -168,13 +169,13 @@ def test_a_gitlink_in_the_shared_part_of_the_index_is_still_taken_apart(tmp_path
     snap = Snapshots(git_dir=tmp_path / "s.git", worktree=wt)
     snap.track()
     head = "1" * 40
-    snap._check(["update-index", "--force-remove", "--", "sub/s.txt"])
-    snap._check(["update-index", "--add", "--cacheinfo", f"160000,{head},sub"])
+    snap.check(["update-index", "--force-remove", "--", "sub/s.txt"])
+    snap.check(["update-index", "--add", "--cacheinfo", f"160000,{head},sub"])
     # Into the shared part: a new shared index written with the gitlink in it.
-    snap._check(["-c", "splitIndex.maxPercentChange=0", "update-index", "--split-index"])
+    snap.check(["-c", "splitIndex.maxPercentChange=0", "update-index", "--split-index"])
     assert b"\x00\x00\xe0\x00" not in (snap.git_dir / "index").read_bytes()
     tree = snap.track()
-    assert "160000" not in snap._git("ls-files", "--stage")
+    assert "160000" not in snap.git("ls-files", "--stage")
     assert "sub/s.txt" in snap._all_files(tree)
 
 
@@ -191,7 +192,7 @@ def test_excluded_paths_stay_out_and_are_reported(tmp_path, settings):
     snap = Snapshots(git_dir=tmp_path / "s.git", worktree=wt)
     names = snap._all_files(snap.track())
     assert names == [".gitignore", "a.txt"]
-    assert snap.skipped() == [
+    assert skipped_files.skipped(snap) == [
         {"path": "build/", "reason": "ignored"},
         {"path": "node_modules/", "reason": "excluded"},
         {"path": "x.cache", "reason": "excluded"},
@@ -199,7 +200,7 @@ def test_excluded_paths_stay_out_and_are_reported(tmp_path, settings):
     # The setting changed: info/exclude follows it.
     settings.SNAPSHOT_EXCLUDE = []
     assert "node_modules/dep/index.js" in snap._all_files(snap.track())
-    assert snap.skipped() == [{"path": "build/", "reason": "ignored"}]
+    assert skipped_files.skipped(snap) == [{"path": "build/", "reason": "ignored"}]
 
 
 def test_the_first_snapshot_finds_large_files_from_blob_sizes(tmp_path, settings):
@@ -218,7 +219,7 @@ def test_an_index_naming_objects_the_store_lacks_is_not_seeded(clone, tmp_path):
     naming blobs nobody stored; it is refused and the first snapshot hashes every file."""
     store = tmp_path / "store"
     snap = Snapshots(git_dir=tmp_path / "s.git", worktree=clone, objects=store)
-    snap.seed(clone / ".git" / "index", [])
+    seeding.seed(snap, clone / ".git" / "index", [])
     assert not (snap.git_dir / "index").exists()
     tree = snap.track()
     assert tree == plain_git(clone, "rev-parse", "HEAD^{tree}").strip()
@@ -228,8 +229,8 @@ def test_an_index_naming_objects_the_store_lacks_is_not_seeded(clone, tmp_path):
 def test_seed_leaves_large_files_out(clone, tmp_path, settings):
     settings.SNAPSHOT_MAX_FILE_BYTES = 6
     snap = Snapshots(git_dir=tmp_path / "s.git", worktree=clone, objects=tmp_path / "store")
-    snap.seed(clone / ".git" / "index", packs_of(clone))
+    seeding.seed(snap, clone / ".git" / "index", packs_of(clone))
     names = snap._all_files(snap.track())
     assert "README" in names and "src/pkg/m1.py" in names  # 6 bytes each
     assert "run.sh" not in names and "src/pkg/m10.py" not in names  # 10 and 7 bytes
-    assert {"path": "run.sh", "reason": "large"} in snap.skipped()
+    assert {"path": "run.sh", "reason": "large"} in skipped_files.skipped(snap)

@@ -4,7 +4,9 @@ import subprocess
 
 import pytest
 
-from workspace.snapshots import Snapshots, summary_of
+from workspace import skipped_files, trees
+from workspace.change_summary import summary_of
+from workspace.snapshots import Snapshots
 
 
 @pytest.fixture
@@ -61,7 +63,7 @@ def test_snapshots_never_touch_the_worktrees_own_git(snap):
     head = (wt / ".git" / "HEAD").read_text()
     (wt / "a.txt").write_text("a")
     tree = snap.track()
-    assert ".git" not in snap._git("ls-tree", "-r", "--name-only", tree)
+    assert ".git" not in snap.git("ls-tree", "-r", "--name-only", tree)
     (wt / "b.txt").write_text("b")
     snap.restore(tree)
     assert (wt / ".git" / "marker").read_text() == "mine"
@@ -85,7 +87,7 @@ def test_patch_and_diff_stat_agree_with_git_numstat(snap):
         {"file": "del.txt", "status": "deleted", "additions": 0, "deletions": 1, "binary": False},
         {"file": "new.bin", "status": "added", "additions": 0, "deletions": 0, "binary": True},
     ]
-    numstat = snap._git("diff-tree", "-r", "--numstat", old, new)
+    numstat = snap.git("diff-tree", "-r", "--numstat", old, new)
     assert summary_of(diff)["additions"] == sum(
         int(line.split("\t")[0]) for line in numstat.splitlines() if line[0] != "-"
     )
@@ -99,7 +101,7 @@ def test_compose_takes_files_from_other_trees_without_touching_the_worktree(snap
     (wt / "a.txt").write_text("a2")
     (wt / "b.txt").write_text("b2")
     t2 = snap.track()
-    composed = snap.compose(t2, {"a.txt": t1, "b.txt": t1})
+    composed = trees.compose(snap, t2, {"a.txt": t1, "b.txt": t1})
     assert files(wt) == {"a.txt": b"a2", "b.txt": b"b2"}
     assert snap.patch(t2, composed) == ["a.txt", "b.txt"]
     snap.checkout(composed, snap.patch(t2, composed))
@@ -122,7 +124,7 @@ def test_compose_rewrites_nested_trees_like_git_does(snap):
     (wt / "x-y.txt").write_text("sorts beside the x/ tree")
     now = snap.track()
     changed = snap.patch(now, old)
-    composed = snap.compose(now, {name: old for name in changed})
+    composed = trees.compose(snap, now, {name: old for name in changed})
     assert composed == old
     snap.checkout(composed, snap.patch(now, composed))
     assert snap.track() == old
@@ -138,9 +140,9 @@ def test_large_and_ignored_files_are_skipped_and_reported(snap, settings):
     (wt / "big.dat").write_bytes(b"x" * 1000)
     (wt / "small.txt").write_text("ok")
     tree = snap.track()
-    names = snap._git("ls-tree", "-r", "--name-only", tree).split()
+    names = snap.git("ls-tree", "-r", "--name-only", tree).split()
     assert names == [".gitignore", "small.txt"]
-    assert snap.skipped() == [
+    assert skipped_files.skipped(snap) == [
         {"path": "big.dat", "reason": "large"},
         {"path": "build/", "reason": "ignored"},
     ]
@@ -173,7 +175,7 @@ def test_a_stale_index_lock_from_a_killed_git_does_not_break_snapshots(snap):
     os.utime(lock, (old, old))
     (snap.worktree / "a.txt").write_text("two")
     tree = snap.track()
-    assert snap._git("cat-file", "-p", f"{tree}:a.txt") == "two"
+    assert snap.git("cat-file", "-p", f"{tree}:a.txt") == "two"
 
 
 def test_an_index_lock_is_never_removed_from_under_a_live_owner(snap):
@@ -198,7 +200,7 @@ def test_an_index_lock_is_never_removed_from_under_a_live_owner(snap):
         (snap.worktree / "a.txt").write_text("two")
         tree = snap.track()
         assert lock.exists(), "the live owner's lock is left alone"
-        assert snap._git("cat-file", "-p", f"{tree}:a.txt") == "two"
+        assert snap.git("cat-file", "-p", f"{tree}:a.txt") == "two"
     finally:
         stopped.kill()
         stopped.wait()

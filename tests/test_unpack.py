@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from workspace import unpack
-from workspace.unpack import ArchiveRefused, Unpacked, unpack_archive, unpack_files
+from workspace import unpack_checks, unpack_tree, unpack_zip
+from workspace.unpack import unpack_archive, unpack_files
+from workspace.unpack_checks import ArchiveRefused
+from workspace.unpack_tree import Unpacked
 
 MiB = 1024 * 1024
 
@@ -382,14 +384,14 @@ def test_never_writes_through_a_link_leading_out(target, dest, outside):
 
 def test_writes_use_no_follow_even_if_the_bookkeeping_missed_a_link(dest, outside, monkeypatch):
     # Belt and braces: were a link not recorded, opening through it still fails (O_NOFOLLOW).
-    monkeypatch.setattr(unpack._Tree, "_new", lambda self, parts, name, kind: True)
-    real = unpack._Tree.add_symlink
+    monkeypatch.setattr(unpack_tree.Tree, "_new", lambda self, parts, name, kind: True)
+    real = unpack_tree.Tree.add_symlink
 
     def unrecorded(self, name, target):
         real(self, name, target)
         del self.kinds[self.parts(name)]
 
-    monkeypatch.setattr(unpack._Tree, "add_symlink", unrecorded)
+    monkeypatch.setattr(unpack_tree.Tree, "add_symlink", unrecorded)
     data = make_tar([t_dir("sub"), t_sym("d", "sub"), t_file("d/evil", b"evil")])
     with pytest.raises(OSError):
         run(data, dest)
@@ -467,7 +469,7 @@ def test_folder_count_limit(dest):
 
 def test_zip_entries_are_counted_before_zipfile_loads_them(dest, monkeypatch):
     data = make_zip([z_entry(f"f{i}", b"") for i in range(50)])
-    monkeypatch.setattr(unpack.zipfile, "ZipFile", lambda *a, **k: pytest.fail("loaded"))
+    monkeypatch.setattr(unpack_zip.zipfile, "ZipFile", lambda *a, **k: pytest.fail("loaded"))
     assert "more than 10 files" in refused(data, dest, "up.zip", max_files=10)
 
 
@@ -550,7 +552,7 @@ def test_zip_ratio_is_checked_while_streaming_too(dest):
     # the count of what is written is checked as well, directly here.
     with pytest.raises(ArchiveRefused, match="expands more than 200 times"):
         deadline = time.monotonic() + 60
-        with unpack._unpacking(dest, "archive", "archive entry", 0, 0, deadline) as tree:
+        with unpack_tree.unpacking(dest, "archive", "archive entry", 0, 0, deadline) as tree:
             tree.add_file("zeros", io.BytesIO(bytes(3 * MiB)), executable=False, ratio_base=10_000)
     assert not dest.exists()
 
@@ -583,7 +585,7 @@ def test_deadline_already_past(dest):
 
 def test_deadline_within_a_large_member(dest, monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr(unpack, "_now", lambda: clock[0])
+    monkeypatch.setattr(unpack_checks, "_now", lambda: clock[0])
 
     class Slow(io.BytesIO):
         def read(self, size=-1):
@@ -605,7 +607,7 @@ def test_deadline_between_members(dest, monkeypatch):
         clock[0] += 0.5
         return clock[0]
 
-    monkeypatch.setattr(unpack, "_now", tick)
+    monkeypatch.setattr(unpack_checks, "_now", tick)
     data = make_tar([t_file(f"f{i}") for i in range(100)])
     refused(data, dest, deadline=20.0)
 
@@ -631,7 +633,7 @@ def test_a_write_error_also_leaves_nothing(dest, monkeypatch):
     def full(fd, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(unpack.os, "write", full)
+    monkeypatch.setattr(unpack_tree.os, "write", full)
     with pytest.raises(OSError):
         run(make_tar([t_file("a/b.txt", b"data")]), dest)
     assert not dest.exists()

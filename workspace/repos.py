@@ -322,11 +322,7 @@ def run(
     if git is None:
         raise RepoError("git is not installed on the server.")
     with _scratch() as scratch:
-        home = os.path.join(scratch, "home")
-        os.mkdir(home)
-        env = _environment(home, remote, secret, scratch, host_key)
-        if git_dir is not None:
-            env["GIT_DIR"] = str(git_dir)
+        env = _run_environment(scratch, remote, secret, host_key, git_dir)
         proc = subprocess.Popen(
             [git, *FLAGS, *args],
             cwd=cwd,
@@ -336,90 +332,132 @@ def run(
             stderr=subprocess.PIPE,
             start_new_session=True,
         )
-        out: list[bytes] = []
-        err: list[bytes] = []
-        failure: list[RepoError] = []
-        last = [0.0]
-
-        def read_out() -> None:
-            assert proc.stdout is not None
-            for chunk in iter(lambda: proc.stdout.read(65536), b""):
-                if sum(map(len, out)) < 1 << 20:
-                    out.append(chunk)
-
-        def read_err() -> None:
-            assert proc.stderr is not None
-            pending = b""
-            for chunk in iter(lambda: proc.stderr.read1(65536), b""):
-                pending += chunk
-                *lines, pending = re.split(rb"[\r\n]", pending)
-                for line in lines:
-                    _progress(line.decode("utf-8", "replace"))
-                if sum(map(len, err)) < 1 << 16:
-                    err.append(chunk)
-
-        def _progress(line: str) -> None:
-            match = PROGRESS.search(line)
-            if not match:
-                return
-            phase, done, total = match["phase"].strip(), int(match["done"]), int(match["total"])
-            if match["size"] and watch.max_bytes:
-                received = float(match["size"]) * UNITS[match["unit"]]
-                if received > watch.max_bytes:
-                    failure.append(
-                        RepoLimitError(
-                            f"The repository is larger than {watch.max_bytes:,} bytes "
-                            "(REPO_MAX_BYTES)."
-                        )
-                    )
-            if phase.startswith("Updating files") and watch.max_files and total > watch.max_files:
-                failure.append(
-                    RepoLimitError(
-                        f"The repository has more than {watch.max_files:,} files (REPO_MAX_FILES)."
-                    )
-                )
-            now = time.monotonic()
-            if watch.on_progress and (now - last[0] >= watch.every or done == total):
-                last[0] = now
-                with contextlib.suppress(Exception):
-                    watch.on_progress(phase, done, total)
-
-        readers = [threading.Thread(target=f, daemon=True) for f in (read_out, read_err)]
-        for reader in readers:
-            reader.start()
-        try:
-            while proc.poll() is None:
-                if failure:
-                    raise failure[0]
-                if time.monotonic() > watch.deadline:
-                    raise RepoLimitError(
-                        f"The repository took longer than {settings.REPO_CLONE_TIMEOUT:g} s "
-                        "(REPO_CLONE_TIMEOUT)."
-                    )
-                if watch.cancelled and watch.cancelled():
-                    raise RepoCancelled("Cancelled.")
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(0.5)
-            for reader in readers:
-                reader.join(5)
-            if failure:
-                raise failure[0]
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-        finally:
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
+        output = _GitOutput(proc, watch)
+        _wait(proc, watch, output)
         known = Path(scratch, "known_hosts")
         return Result(
             proc.returncode,
-            b"".join(out).decode("utf-8", "replace"),
-            scrub(b"".join(err).decode("utf-8", "replace"), secret),
+            b"".join(output.out).decode("utf-8", "replace"),
+            scrub(b"".join(output.err).decode("utf-8", "replace"), secret),
             known.read_text()[:16384] if known.is_file() else host_key,
         )
+
+
+def _run_environment(
+    scratch: str, remote: Remote, secret: Secret | None, host_key: str, git_dir: Path | None
+) -> dict:
+    """git's environment for one run, its empty ``HOME`` and its key files in ``scratch``;
+    ``GIT_DIR`` when the repository is not the working directory's."""
+    home = os.path.join(scratch, "home")
+    os.mkdir(home)
+    env = _environment(home, remote, secret, scratch, host_key)
+    if git_dir is not None:
+        env["GIT_DIR"] = str(git_dir)
+    return env
+
+
+class _GitOutput:
+    """git's stdout and stderr, each read by a thread of its own as they come: stdout kept up
+    to 1 MiB, stderr up to 64 KiB and read line by line for its progress, which is handed to
+    ``watch.on_progress`` and checked against the watch's bounds (a bound passed is kept in
+    ``failure``, for the waiting thread to raise)."""
+
+    def __init__(self, proc: subprocess.Popen, watch: Watch) -> None:
+        self.proc = proc
+        self.watch = watch
+        self.out: list[bytes] = []
+        self.err: list[bytes] = []
+        self.failure: list[RepoError] = []
+        self.last = 0.0
+        self.readers = [
+            threading.Thread(target=f, daemon=True) for f in (self._read_out, self._read_err)
+        ]
+
+    def _read_out(self) -> None:
+        stdout = self.proc.stdout
+        assert stdout is not None
+        for chunk in iter(lambda: stdout.read(65536), b""):
+            if sum(map(len, self.out)) < 1 << 20:
+                self.out.append(chunk)
+
+    def _read_err(self) -> None:
+        stderr = self.proc.stderr
+        assert stderr is not None
+        pending = b""
+        for chunk in iter(lambda: stderr.read1(65536), b""):
+            pending += chunk
+            *lines, pending = re.split(rb"[\r\n]", pending)
+            for line in lines:
+                self._progress(line.decode("utf-8", "replace"))
+            if sum(map(len, self.err)) < 1 << 16:
+                self.err.append(chunk)
+
+    def _progress(self, line: str) -> None:
+        match = PROGRESS.search(line)
+        if not match:
+            return
+        phase, done, total = match["phase"].strip(), int(match["done"]), int(match["total"])
+        self.failure.extend(_bounds_passed(match, self.watch))
+        now = time.monotonic()
+        if self.watch.on_progress and (now - self.last >= self.watch.every or done == total):
+            self.last = now
+            with contextlib.suppress(Exception):
+                self.watch.on_progress(phase, done, total)
+
+
+def _bounds_passed(progress: re.Match[str], watch: Watch) -> list[RepoError]:
+    """The bounds a line of git's progress shows passed: what it received
+    (``REPO_MAX_BYTES``), the files it checks out (``REPO_MAX_FILES``)."""
+    passed: list[RepoError] = []
+    if progress["size"] and watch.max_bytes:
+        received = float(progress["size"]) * UNITS[progress["unit"]]
+        if received > watch.max_bytes:
+            passed.append(
+                RepoLimitError(
+                    f"The repository is larger than {watch.max_bytes:,} bytes (REPO_MAX_BYTES)."
+                )
+            )
+    updating = progress["phase"].strip().startswith("Updating files")
+    if updating and watch.max_files and int(progress["total"]) > watch.max_files:
+        passed.append(
+            RepoLimitError(
+                f"The repository has more than {watch.max_files:,} files (REPO_MAX_FILES)."
+            )
+        )
+    return passed
+
+
+def _wait(proc: subprocess.Popen, watch: Watch, output: _GitOutput) -> None:
+    """Wait for git to end while its output is read; past a bound, or cancelled, its process
+    group is killed and the bound raised. Its pipes are closed either way."""
+    for reader in output.readers:
+        reader.start()
+    try:
+        while proc.poll() is None:
+            if output.failure:
+                raise output.failure[0]
+            if time.monotonic() > watch.deadline:
+                raise RepoLimitError(
+                    f"The repository took longer than {settings.REPO_CLONE_TIMEOUT:g} s "
+                    "(REPO_CLONE_TIMEOUT)."
+                )
+            if watch.cancelled and watch.cancelled():
+                raise RepoCancelled("Cancelled.")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(0.5)
+        for reader in output.readers:
+            reader.join(5)
+        if output.failure:
+            raise output.failure[0]
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def failure_sentence(result: Result, what: str) -> str:

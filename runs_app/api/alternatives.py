@@ -11,7 +11,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from sessions_app.api.base import SessionScopedViewSet
-from sessions_app.api.serializers import In, SessionOut, StrictWholeNumber
+from sessions_app.api.serializers.base import In, StrictWholeNumber
+from sessions_app.api.serializers.sessions import SessionOut
 from sessions_app.selectors import session_data
 
 from ..services import alternatives

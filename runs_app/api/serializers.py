@@ -11,22 +11,23 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 
-from sessions_app.api.serializers import (
-    CHECKPOINT_MESSAGE,
-    CHECKPOINTS,
+from sessions_app.api.serializers.base import (
     Choice,
     Enum,
     Flag,
     In,
-    MessageErrorOut,
     OneSentence,
     Out,
-    RevertOut,
-    SessionOut,
     StrictBoolean,
     StrictString,
-    ToolStateOut,
     refuse,
+)
+from sessions_app.api.serializers.messages import MessageErrorOut, ToolStateOut
+from sessions_app.api.serializers.sessions import (
+    CHECKPOINT_MESSAGE,
+    CHECKPOINTS,
+    RevertOut,
+    SessionOut,
 )
 from sessions_app.models import Message, Part
 

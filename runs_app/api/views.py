@@ -20,7 +20,8 @@ from rest_framework.response import Response
 from core.errors import InvalidInput
 from realtime import events
 from sessions_app.api.base import ApiViewSet, FormatIsTheViewsOwn, SessionScopedViewSet
-from sessions_app.api.serializers import ForkIn, SessionOut, SharedForkIn
+from sessions_app.api.serializers.sessions import ForkIn, SessionOut
+from sessions_app.api.serializers.sharing import SharedForkIn
 from sessions_app.models import Share
 from sessions_app.selectors import session_data
 from sessions_app.services import downloads, sharing

@@ -13,7 +13,7 @@ from realtime import events
 from sessions_app.models import Message, Part
 from sessions_app.selectors import part_data
 
-from .. import lifecycle, output_schema
+from .. import lifecycle, output_schema, unfinished
 from ..checkpoint import storable
 from ..models import Run
 from .errors import LockLost
@@ -47,7 +47,7 @@ class Ending(LoopState):
             # execution of the run left open: it is closed with this end, as
             # ``lifecycle.end_abandoned`` would close it — unless this execution's closing of
             # it only waits for this flush (its own flush failed).
-            made = lifecycle.open_step_parts(self.run, self.session)
+            made = unfinished.open_step_parts(self.run, self.session)
             for part in made if made and not self.writer.closes(made[0].message_id) else []:
                 self.writer.add(part)
                 self.emit(events.PART_UPDATED, part=part_data(part))

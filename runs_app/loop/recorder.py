@@ -15,7 +15,7 @@ from django.utils import timezone
 from realtime import events
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data, part_data
-from sessions_app.services.revert import changes_summary, path_start
+from sessions_app.services.changes import changes_summary, path_start
 
 from .state import LoopState
 

@@ -14,7 +14,7 @@ from django.utils import timezone
 from realtime import events
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, session_data
-from sessions_app.services.revert import cleanup_session
+from sessions_app.services.cleanup import cleanup_session
 
 from ..models import Run
 from .errors import UNFINISHED

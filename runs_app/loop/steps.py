@@ -13,7 +13,7 @@ from django.utils import timezone
 from realtime import events
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data
-from workspace import snapshots
+from workspace import skipped_files, snapshots
 
 from ..providers import ProviderError
 from .errors import AwaitingApproval, ContextOverflow, LockLost
@@ -105,7 +105,7 @@ class StepPhase(LoopState):
         try:
             after = self.snap.track() if ran_tools else before
             changed = self.snap.patch(before, after) if after != before else []
-            skipped = self.snap.skipped() if changed else []
+            skipped = skipped_files.skipped(self.snap) if changed else []
         except snapshots.SnapshotError:
             log.exception("snapshot after step %s of %s failed", index, self.run.id)
             return

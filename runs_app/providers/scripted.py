@@ -114,27 +114,51 @@ class ScriptedProvider(SyncStream):
             yield Finish(usage={"input_tokens": prompt_tokens})
             return
         script = _content_text(messages[last_user].get("content"))
+        after = messages[last_user + 1 :]
         if script.startswith(MARKER):
             # A compaction call (runs_app/compaction.py): a short, deterministic summary.
-            summary = scripted_summary(script)
-            async for delta in self._words(summary, 0, should_abort):
-                yield delta
-            yield Finish(
-                usage={"input_tokens": prompt_tokens, "output_tokens": len(summary.split())}
-            )
-            return
-        after = messages[last_user + 1 :]
-        rounds = sum(1 for m in after if m["role"] == "assistant" and m.get("tool_calls"))
-        segments = parse(script)
-        if segments is None:
-            if rounds == 0 and not any(m["role"] == "assistant" for m in after):
-                async for delta in self._words(f"You said: {script.strip()}", 0, should_abort):
-                    yield delta
-            yield Finish(
-                usage={"input_tokens": prompt_tokens, "output_tokens": len(script.split()) + 2}
-            )
-            return
+            events = self._summary(script, prompt_tokens, should_abort)
+        elif (segments := parse(script)) is None:
+            events = self._echo(script, after, prompt_tokens, should_abort)
+        else:
+            events = self._step(segments, after, prompt_tokens, should_abort)
+        async for event in events:
+            yield event
 
+    async def _summary(
+        self, script: str, prompt_tokens: int, should_abort: Callable[[], bool]
+    ) -> AsyncIterator[StreamEvent]:
+        summary = scripted_summary(script)
+        async for delta in self._words(summary, 0, should_abort):
+            yield delta
+        yield Finish(usage={"input_tokens": prompt_tokens, "output_tokens": len(summary.split())})
+
+    async def _echo(
+        self,
+        script: str,
+        after: list[dict[str, Any]],
+        prompt_tokens: int,
+        should_abort: Callable[[], bool],
+    ) -> AsyncIterator[StreamEvent]:
+        """A message with no directive is echoed once, at its first step."""
+        rounds = _rounds(after)
+        if rounds == 0 and not any(m["role"] == "assistant" for m in after):
+            async for delta in self._words(f"You said: {script.strip()}", 0, should_abort):
+                yield delta
+        yield Finish(
+            usage={"input_tokens": prompt_tokens, "output_tokens": len(script.split()) + 2}
+        )
+
+    async def _step(
+        self,
+        segments: list[Segment],
+        after: list[dict[str, Any]],
+        prompt_tokens: int,
+        should_abort: Callable[[], bool],
+    ) -> AsyncIterator[StreamEvent]:
+        """The segment of the script this step is at (one per tool round answered): its
+        lines, then its tool calls; past the last one, ``done`` after a tool round."""
+        rounds = _rounds(after)
         pace = settings.SCRIPTED_DEFAULT_PACE_MS
         for seg in segments[:rounds]:
             for word, rest in seg.lines:
@@ -167,10 +191,7 @@ class ScriptedProvider(SyncStream):
             elif word == "fail":
                 raise ProviderError(rest.strip() or "Scripted failure.")
             elif word == "json":
-                try:
-                    yield StructuredOutput(json.loads(rest))
-                except json.JSONDecodeError as exc:
-                    raise ProviderError(f"json directive is not valid JSON: {exc.msg}.") from exc
+                yield _structured(rest)
         for index, (word, rest) in enumerate(segment.tools):
             args = tool_arguments(word, rest)
             yield ToolCall(
@@ -226,6 +247,18 @@ def scripted_summary(request: str, keep: int = 5, words: int = 10) -> str:
             calls += line.count("(")
     recent = "; ".join(asked[-keep:]) or "nothing"
     return f"Earlier, the user asked: {recent}. Tool calls made: {calls}."
+
+
+def _rounds(after: list[dict[str, Any]]) -> int:
+    """The tool rounds answered since the script (the user's latest message)."""
+    return sum(1 for m in after if m["role"] == "assistant" and m.get("tool_calls"))
+
+
+def _structured(rest: str) -> StructuredOutput:
+    try:
+        return StructuredOutput(json.loads(rest))
+    except json.JSONDecodeError as exc:
+        raise ProviderError(f"json directive is not valid JSON: {exc.msg}.") from exc
 
 
 def _usage(prompt_tokens: int, output_tokens: int) -> dict[str, int]:

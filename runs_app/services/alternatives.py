@@ -26,12 +26,13 @@ from realtime import events
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, files_at, session_data
 from sessions_app.services import lock
-from sessions_app.services.revert import FilesFollow, changes_summary, path_start
+from sessions_app.services.changes import changes_summary, path_start
+from sessions_app.services.files_follow import FilesFollow
 from workspace import snapshots
 
-from ..lifecycle import active_runs
 from ..models import Run
 from ..models import run_id as new_run_id
+from ..selectors import active_runs
 from .fork import copy_path
 from .runs import start_run
 

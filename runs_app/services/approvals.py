@@ -39,49 +39,10 @@ def decide(*, run: Run, user: Any, part_id: str, decision: str, reason: str = ""
         run = Run.objects.select_for_update().get(id=run.id)
         if run.status != Run.Status.REQUIRES_ACTION:
             raise ConflictError(f"Run {run.id} is not waiting for a decision ({run.status}).")
-        part = (
-            Part.objects.select_for_update()
-            .filter(id=part_id, session_id=run.session_id, type=Part.Type.TOOL)
-            .first()
-        )
-        state = dict((part.state if part else None) or {})
-        approval = dict(state.get("approval") or {})
-        if (
-            part is None
-            or state.get("status") != "pending"
-            or approval.get("status") != "requested"
-        ):
-            raise ConflictError(f"Part {part_id} is not a tool call waiting for a decision.")
-        approval.update(
-            status="denied" if decision == "deny" else "allowed",
-            decision=decision,
-            decided_by=user.pk,
-            decided_at=timezone.now().isoformat(),
-        )
-        if reason:
-            approval["reason"] = reason
-        state["approval"] = approval
-        if decision == "deny":
-            text = reason.strip() or "no reason given"
-            state.update(
-                status="error",
-                error=f"The user denied this call: {text}",
-                metadata={**(state.get("metadata") or {}), "denied": True, "by": "user"},
-            )
-            state.setdefault("time", {})["end"] = time.time()
+        part = _waiting_call(run, part_id)
+        state = _decided(dict(part.state), decision, user=user, reason=reason)
         if decision == "always":
-            try:
-                rules = permissions.with_exact_allow(
-                    locked.permissions, part.tool or "", state.get("input")
-                )
-            except ValueError:
-                rules = None  # an argument too long to be a pattern: this call only
-            if rules is not None:
-                locked.permissions = rules
-                locked.save(update_fields=["permissions", "updated_at"])
-                events.publish_on_commit(
-                    locked.id, events.SESSION_UPDATED, session=session_data(locked)
-                )
+            _allow_always(locked, part, state)
         part.state = state
         part.save(update_fields=["state"])
         HistoryEvent.objects.create(
@@ -97,3 +58,56 @@ def decide(*, run: Run, user: Any, part_id: str, decision: str, reason: str = ""
         else:
             events.publish_on_commit(locked.id, events.RUN_UPDATED, run=run_data(run))
     return run
+
+
+def _waiting_call(run: Run, part_id: str) -> Part:
+    """Under the session row lock: the tool call ``part_id`` of ``run``'s session, locked,
+    if it waits for a decision; ConflictError otherwise."""
+    part = (
+        Part.objects.select_for_update()
+        .filter(id=part_id, session_id=run.session_id, type=Part.Type.TOOL)
+        .first()
+    )
+    state = (part.state if part else None) or {}
+    approval = state.get("approval") or {}
+    if part is None or state.get("status") != "pending" or approval.get("status") != "requested":
+        raise ConflictError(f"Part {part_id} is not a tool call waiting for a decision.")
+    return part
+
+
+def _decided(state: dict, decision: str, *, user: Any, reason: str) -> dict:
+    """The call's ``state`` with the decision recorded in its ``approval``; a denied call
+    ends as a tool error that carries the owner's reason (the model reads it)."""
+    approval = dict(state.get("approval") or {})
+    approval.update(
+        status="denied" if decision == "deny" else "allowed",
+        decision=decision,
+        decided_by=user.pk,
+        decided_at=timezone.now().isoformat(),
+    )
+    if reason:
+        approval["reason"] = reason
+    state["approval"] = approval
+    if decision == "deny":
+        text = reason.strip() or "no reason given"
+        state.update(
+            status="error",
+            error=f"The user denied this call: {text}",
+            metadata={**(state.get("metadata") or {}), "denied": True, "by": "user"},
+        )
+        state.setdefault("time", {})["end"] = time.time()
+    return state
+
+
+def _allow_always(locked: Session, part: Part, state: dict) -> None:
+    """``always``: the session's rules allow exactly this call's argument from now on."""
+    try:
+        rules = permissions.with_exact_allow(
+            locked.permissions, part.tool or "", state.get("input")
+        )
+    except ValueError:
+        rules = None  # an argument too long to be a pattern: this call only
+    if rules is not None:
+        locked.permissions = rules
+        locked.save(update_fields=["permissions", "updated_at"])
+        events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))

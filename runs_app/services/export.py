@@ -45,7 +45,7 @@ from django.utils import timezone
 from core.errors import AppError, NotFoundError
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import _iso, active_path
-from workspace import snapshots
+from workspace import snapshots, store
 from workspace.git_names import git_refuses
 
 from ..models import Run
@@ -332,16 +332,16 @@ def history_objects(
     roots = roots - {snapshots.EMPTY_TREE}
     if not roots:
         return {}, []
-    present = [sha for sha, kind, _size in snap.object_info(sorted(roots)) if kind == "tree"]
-    reachable, missing = snap.objects_named(present)
+    present = [sha for sha, kind, _size in store.object_info(snap, sorted(roots)) if kind == "tree"]
+    reachable, missing = store.objects_named(snap, present)
     missing |= roots - set(present)
     wanted = [
         (sha, kind, size)
-        for sha, kind, size in snap.object_info(sorted(reachable))
+        for sha, kind, size in store.object_info(snap, sorted(reachable))
         if kind in ("tree", "blob") and not (kind == "blob" and sha in known_blobs)
     ]
     _check_budget(sum(size for _sha, _kind, size in wanted), budget)
-    return snap.read_objects([sha for sha, _kind, _size in wanted]), sorted(missing)
+    return store.read_objects(snap, [sha for sha, _kind, _size in wanted]), sorted(missing)
 
 
 # -- Markdown -----------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from django.db import connection, transaction
 from core import ids
 from sessions_app.models import HistoryEvent, Message, Part, Session, Share
 from sessions_app.selectors import fork_point
-from sessions_app.services.revert import changes_summary
+from sessions_app.services.changes import changes_summary
 from sessions_app.services.sessions import check_session_quota, fork_title
 from workspace import snapshots
 
@@ -51,6 +51,9 @@ PATH = (
     " SELECT m.id, m.parent_id FROM sessions_app_message m JOIN path p ON m.id = p.parent_id)"
 )
 FORK_PATH, FORK_RUNS = "fork_path", "fork_runs"
+# One table's copy: its model, its alias in the SELECT, the columns not copied as they are
+# (column → SQL), the FROM clause, the parameters.
+Copy = tuple[Any, str, dict[str, str], str, list]
 
 
 def _hex(expr: str, width: int) -> str:
@@ -143,6 +146,79 @@ def _walk(cursor, source: Session, leaf: str, salt: str, now_ms: int) -> None:  
     )
 
 
+UNFINISHED = "r.status IN ('pending', 'running', 'requires_action')"
+
+
+def _messages_copy(new_id: str) -> Copy:
+    """The path's messages, in the new session, linked to the copies of their parent and run."""
+    return (
+        Message,
+        "m",
+        {
+            "id": "p.new_id",
+            "session_id": "%s",
+            "run_id": "fr.new_id",
+            "parent_id": "pp.new_id",
+        },
+        f"FROM {FORK_PATH} p JOIN sessions_app_message m ON m.id = p.id"
+        f" LEFT JOIN {FORK_PATH} pp ON pp.id = p.parent_id"
+        f" LEFT JOIN {FORK_RUNS} fr ON fr.id = m.run_id",
+        [new_id],
+    )
+
+
+def _parts_copy(new_id: str, now_ms: int) -> Copy:
+    """The parts of the path's messages, each under its message's copy, with a new id."""
+    return (
+        Part,
+        "x",
+        {"id": _new_id("x.id", "x.rank"), "message_id": "x.message_new", "session_id": "%s"},
+        "FROM (SELECT pt.*, p.new_id AS message_new,"
+        # Ranked by message, then order: the path table drives, the parts are probed.
+        ' ROW_NUMBER() OVER (ORDER BY p.new_id, pt."order") - 1 AS rank'
+        f" FROM {FORK_PATH} p JOIN sessions_app_part pt ON pt.message_id = p.id) x",
+        [now_ms, new_id, new_id],
+    )
+
+
+def _runs_copy(source: Session, new_id: str, *, same_owner: bool) -> Copy:
+    """The runs of the path's messages, every link to another run or message mapped to its
+    copy (or none, when that one is not on the path)."""
+    return (
+        Run,
+        "r",
+        {
+            "id": "fr.new_id",
+            "session_id": "%s",
+            # A run still going in the source does not go on in the copy.
+            "status": f"CASE WHEN {UNFINISHED} THEN 'cancelled' ELSE r.status END",
+            "finished_at": (
+                f"CASE WHEN {UNFINISHED} THEN CURRENT_TIMESTAMP ELSE r.finished_at END"
+            ),
+            "abort_requested": f"r.abort_requested AND NOT {UNFINISHED}",
+            "input_message_id": "pi.new_id",
+            "interrupted_run_id": "fi.new_id",
+            "forked_from_run_id": "ff.new_id",
+            "forked_from_message_index": (
+                "CASE WHEN ff.new_id IS NOT NULL THEN r.forked_from_message_index END"
+            ),
+            # The root origin, kept across nested forks.
+            "forked_from_session_id": "COALESCE(r.forked_from_session_id, %s)",
+            "replaced_by": "fb.new_id",
+            "branch": "NULL",
+            "task_id": "''",
+            # Who started the source's runs is not the forker's business (a share fork).
+            "created_by_id": "r.created_by_id" if same_owner else "NULL",
+        },
+        f"FROM {FORK_RUNS} fr JOIN runs_app_run r ON r.id = fr.id"
+        f" LEFT JOIN {FORK_PATH} pi ON pi.id = r.input_message_id"
+        f" LEFT JOIN {FORK_RUNS} fi ON fi.id = r.interrupted_run_id"
+        f" LEFT JOIN {FORK_RUNS} ff ON ff.id = r.forked_from_run_id"
+        f" LEFT JOIN {FORK_RUNS} fb ON fb.id = r.replaced_by",
+        [new_id, source.id],
+    )
+
+
 def _copy(
     cursor,  # noqa: ANN001
     source: Session,
@@ -152,65 +228,12 @@ def _copy(
     *,
     same_owner: bool,
 ) -> None:
-    unfinished = "r.status IN ('pending', 'running', 'requires_action')"
+    """One ``INSERT … SELECT`` per table (messages, parts, runs), from the temporary tables
+    of ``_walk``; then the new session's head and context size, and those tables dropped."""
     statements = [
-        (
-            Message,
-            "m",
-            {
-                "id": "p.new_id",
-                "session_id": "%s",
-                "run_id": "fr.new_id",
-                "parent_id": "pp.new_id",
-            },
-            f"FROM {FORK_PATH} p JOIN sessions_app_message m ON m.id = p.id"
-            f" LEFT JOIN {FORK_PATH} pp ON pp.id = p.parent_id"
-            f" LEFT JOIN {FORK_RUNS} fr ON fr.id = m.run_id",
-            [new_id],
-        ),
-        (
-            Part,
-            "x",
-            {"id": _new_id("x.id", "x.rank"), "message_id": "x.message_new", "session_id": "%s"},
-            "FROM (SELECT pt.*, p.new_id AS message_new,"
-            # Ranked by message, then order: the path table drives, the parts are probed.
-            ' ROW_NUMBER() OVER (ORDER BY p.new_id, pt."order") - 1 AS rank'
-            f" FROM {FORK_PATH} p JOIN sessions_app_part pt ON pt.message_id = p.id) x",
-            [now_ms, new_id, new_id],
-        ),
-        (
-            Run,
-            "r",
-            {
-                "id": "fr.new_id",
-                "session_id": "%s",
-                # A run still going in the source does not go on in the copy.
-                "status": f"CASE WHEN {unfinished} THEN 'cancelled' ELSE r.status END",
-                "finished_at": (
-                    f"CASE WHEN {unfinished} THEN CURRENT_TIMESTAMP ELSE r.finished_at END"
-                ),
-                "abort_requested": f"r.abort_requested AND NOT {unfinished}",
-                "input_message_id": "pi.new_id",
-                "interrupted_run_id": "fi.new_id",
-                "forked_from_run_id": "ff.new_id",
-                "forked_from_message_index": (
-                    "CASE WHEN ff.new_id IS NOT NULL THEN r.forked_from_message_index END"
-                ),
-                # The root origin, kept across nested forks.
-                "forked_from_session_id": "COALESCE(r.forked_from_session_id, %s)",
-                "replaced_by": "fb.new_id",
-                "branch": "NULL",
-                "task_id": "''",
-                # Who started the source's runs is not the forker's business (a share fork).
-                "created_by_id": "r.created_by_id" if same_owner else "NULL",
-            },
-            f"FROM {FORK_RUNS} fr JOIN runs_app_run r ON r.id = fr.id"
-            f" LEFT JOIN {FORK_PATH} pi ON pi.id = r.input_message_id"
-            f" LEFT JOIN {FORK_RUNS} fi ON fi.id = r.interrupted_run_id"
-            f" LEFT JOIN {FORK_RUNS} ff ON ff.id = r.forked_from_run_id"
-            f" LEFT JOIN {FORK_RUNS} fb ON fb.id = r.replaced_by",
-            [new_id, source.id],
-        ),
+        _messages_copy(new_id),
+        _parts_copy(new_id, now_ms),
+        _runs_copy(source, new_id, same_owner=same_owner),
     ]
     for model, alias, overrides, source_sql, params in statements:
         names, values = _columns(model, overrides, alias)
@@ -263,24 +286,7 @@ def copy_path(
     conversation; never "the head") and the files of ``tree`` (default: the tree recorded at
     ``leaf``). Untitled, it is ``Fork of <title>`` (``Fork 2 of …`` when the user has that
     one). ``kind`` is its ``lineage_kind`` (``share``, ``admin``, ``alternative``)."""
-    fork = Session(
-        id=ids.session_id(),
-        owner=user,
-        title=title[:200],
-        lineage_kind=kind,
-        model=source.model,
-        system_prompt=system_prompt,
-        checkpoint=source.checkpoint,
-        forked_from_session=source,
-        forked_from_message_id=leaf,
-        # Where the files first came from goes along (a fork of a clone can push to its
-        # origin); another user's fork never gets the source owner's credential.
-        source={
-            k: v
-            for k, v in (source.source or {}).items()
-            if k != "credential_id" or source.owner_id == user.pk
-        },
-    )
+    fork = _new_session(source, user, leaf, title=title, system_prompt=system_prompt, kind=kind)
     now_ms = int(time.time() * 1000)
     snap = snapshots.for_session(fork)
     try:
@@ -308,30 +314,69 @@ def copy_path(
                 },
             )
             # The files last, still inside the transaction: if git fails, no rows remain.
-            snap.adopt_objects_of(snapshots.for_session(source))
-            shallow = source.snapshot_dir / "shallow"  # a shallow clone's boundary (push)
-            if shallow.is_file():
-                snap.ensure()
-                shutil.copyfile(shallow, snap.git_dir / "shallow")
-            if tree:
-                snap.materialize(tree)
-                start = (
-                    # The copy holds only the path, its rows in path order.
-                    Part.objects.filter(session=fork, type=Part.Type.STEP_START)
-                    .order_by("message_id", "order")
-                    .values_list("data", flat=True)
-                    .first()
-                )
-                summary = changes_summary(snap, (start or {}).get("snapshot"), tree)
-                Session.objects.filter(id=fork.id).update(summary=summary)
-            else:
-                snap.ensure()
+            _copy_files(fork, source, snap, tree)
     except BaseException:
         shutil.rmtree(fork.worktree, ignore_errors=True)
         shutil.rmtree(fork.snapshot_dir, ignore_errors=True)
         raise
     fork.refresh_from_db()
     return fork
+
+
+def _new_session(
+    source: Session,
+    user,  # noqa: ANN001
+    leaf: str | None,
+    *,
+    title: str,
+    system_prompt: str,
+    kind: str,
+) -> Session:
+    """The fork's row, not saved yet: the source's settings, lineage to ``leaf``."""
+    return Session(
+        id=ids.session_id(),
+        owner=user,
+        title=title[:200],
+        lineage_kind=kind,
+        model=source.model,
+        system_prompt=system_prompt,
+        checkpoint=source.checkpoint,
+        forked_from_session=source,
+        forked_from_message_id=leaf,
+        # Where the files first came from goes along (a fork of a clone can push to its
+        # origin); another user's fork never gets the source owner's credential.
+        source={
+            k: v
+            for k, v in (source.source or {}).items()
+            if k != "credential_id" or source.owner_id == user.pk
+        },
+    )
+
+
+def _copy_files(
+    fork: Session, source: Session, snap: snapshots.Snapshots, tree: str | None
+) -> None:
+    """The fork's snapshot store (the source's objects adopted, a shallow clone's boundary
+    kept) and its worktree checked out at ``tree``, with the summary of what the copied
+    path changed."""
+    snap.adopt_objects_of(snapshots.for_session(source))
+    shallow = source.snapshot_dir / "shallow"  # a shallow clone's boundary (push)
+    if shallow.is_file():
+        snap.ensure()
+        shutil.copyfile(shallow, snap.git_dir / "shallow")
+    if not tree:
+        snap.ensure()
+        return
+    snap.materialize(tree)
+    start = (
+        # The copy holds only the path, its rows in path order.
+        Part.objects.filter(session=fork, type=Part.Type.STEP_START)
+        .order_by("message_id", "order")
+        .values_list("data", flat=True)
+        .first()
+    )
+    summary = changes_summary(snap, (start or {}).get("snapshot"), tree)
+    Session.objects.filter(id=fork.id).update(summary=summary)
 
 
 def fork_shared(*, share: Share, user, title: str = "") -> Session:  # noqa: ANN001

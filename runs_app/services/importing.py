@@ -38,7 +38,7 @@ from core import ids, models_catalog
 from core.errors import InvalidInput
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.services.sessions import check_session_quota, imported_title
-from workspace import snapshots
+from workspace import snapshots, store
 
 from ..models import Run, run_id
 from .export import snapshot_names
@@ -232,8 +232,10 @@ def _check_missing_objects(user, plan: ImportPlan) -> None:  # noqa: ANN001
         runs = list(Run.objects.filter(session=source).only("branch"))
         roots = snapshot_names(source, parts, runs)
         snap = snapshots.for_session(source)
-        held = [sha for sha, kind, _size in snap.object_info(sorted(roots)) if kind == "tree"]
-        reachable, lost = snap.objects_named(held)
+        held = [
+            sha for sha, kind, _size in store.object_info(snap, sorted(roots)) if kind == "tree"
+        ]
+        reachable, lost = store.objects_named(snap, held)
         named = roots | reachable | lost
     stray = sorted(plan.missing - named)
     if stray:
@@ -250,7 +252,7 @@ def _write_files(snap: snapshots.Snapshots, plan: ImportPlan) -> str:
     worktree's tree."""
     snap.ensure()
     for item in plan.objects:
-        snap.write_object(item.type, item.body)  # its id is checked: the hash of its content
+        store.write_object(snap, item.type, item.body)  # its id is checked: the hash of its content
     root = snap.worktree
     for file in plan.files:
         target = root / file.path

@@ -19,7 +19,8 @@ from rest_framework.views import APIView
 from .. import login_throttle
 from ..services.accounts import change_password, revoke_api_tokens
 from .errors import error_body
-from .serializers import In, TokenIn, TokenOut, refuse
+from .serializers.account import TokenIn, TokenOut
+from .serializers.base import In, refuse
 
 
 class AuthTokenView(APIView):

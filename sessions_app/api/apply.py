@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from ..services import apply as apply_services
 from .base import SessionScopedViewSet
-from .serializers import Choice, In
+from .serializers.base import Choice, In
 
 
 class ApplyIn(In):

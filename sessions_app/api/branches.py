@@ -11,7 +11,9 @@ from rest_framework.response import Response
 from ..selectors import session_for_user
 from ..services import compare as compare_services
 from .base import SessionScopedViewSet
-from .serializers import Enum, FileDiffOut, MessageOut, Out, refuse
+from .serializers.base import Enum, Out, refuse
+from .serializers.files import FileDiffOut
+from .serializers.messages import MessageOut
 
 
 def _point(help_text: str, *, required: bool) -> serializers.CharField:

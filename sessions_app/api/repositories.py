@@ -1,6 +1,7 @@
 """Repositories in and out (CONTRACT "Repositories, archives and patches"): the upload of an
 archive or a folder, the push of a session's work, and the caller's saved credentials. Thin
-views: ``services.repositories`` holds the logic."""
+views: ``services.repo_import``, ``services.repo_push`` and ``services.credentials`` hold
+the logic."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from rest_framework.response import Response
 from core.errors import AppError, InvalidInput
 
 from ..selectors import session_data
-from ..services import repositories
+from ..services import credentials as credential_services
+from ..services import repo_import, repo_push
 from ..services import sessions as session_services
 from .base import ApiViewSet, SessionScopedViewSet
-from .serializers import CredentialIn, CredentialOut, PushIn, PushOut, SessionOut
+from .serializers.repositories import CredentialIn, CredentialOut, PushIn, PushOut
+from .serializers.sessions import SessionOut
 
 MULTIPART_OVERHEAD = 1024 * 1024
 
@@ -66,7 +69,7 @@ class UploadViewSet(ApiViewSet):
         if archive is not None and not files:
             name = archive.name or "upload"
             session = session_services.create_session(owner=request.user, title=title or name)
-            session = repositories.fill_from_upload(session=session, name=name, fileobj=archive)
+            session = repo_import.fill_from_upload(session=session, name=name, fileobj=archive)
         elif files and archive is None:
             paths = request.data.getlist("paths")
             if len(paths) != len(files):
@@ -75,7 +78,7 @@ class UploadViewSet(ApiViewSet):
             session = session_services.create_session(
                 owner=request.user, title=title or top or "Upload"
             )
-            session = repositories.fill_from_upload(
+            session = repo_import.fill_from_upload(
                 session=session, name=top, files=list(zip(paths, files, strict=True))
             )
         else:
@@ -91,7 +94,7 @@ class PushViewSet(SessionScopedViewSet):
         fast-forward."""
         session = self.get_object()
         args = self.body(PushIn)
-        result = repositories.push(
+        result = repo_push.push(
             session=session,
             branch=args["branch"],
             credential_id=args["credential_id"] or None,
@@ -105,15 +108,17 @@ class CredentialViewSet(ApiViewSet):
 
     @extend_schema(responses={200: CredentialOut(many=True)})
     def list(self, request: Request) -> Response:
-        return Response(repositories.credentials_of(request.user))
+        return Response(credential_services.credentials_of(request.user))
 
     @extend_schema(request=CredentialIn, responses={201: CredentialOut})
     def create(self, request: Request) -> Response:
         args = self.body(CredentialIn)
-        credential = repositories.save_credential(owner=request.user, **args)
-        return Response(repositories.credential_data(credential), status=status.HTTP_201_CREATED)
+        credential = credential_services.save_credential(owner=request.user, **args)
+        return Response(
+            credential_services.credential_data(credential), status=status.HTTP_201_CREATED
+        )
 
     @extend_schema(responses={204: None}, parameters=[], request=None)
     def destroy(self, request: Request, credential_id: str) -> Response:
-        repositories.delete_credential(owner=request.user, credential_id=credential_id)
+        credential_services.delete_credential(owner=request.user, credential_id=credential_id)
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -35,22 +35,27 @@ from ..selectors import (
     sessions_for_user,
     worktree_entry,
 )
-from ..services import downloads, sharing
+from ..services import changes as change_services
+from ..services import cleanup as cleanup_services
+from ..services import downloads, revert_plan, sharing
 from ..services import revert as revert_services
 from ..services import rollback as rollback_services
 from ..services import sessions as session_services
+from ..services import unrevert as unrevert_services
 from .base import ApiViewSet, FormatIsTheViewsOwn, SessionScopedViewSet
-from .serializers import (
+from .serializers.files import (
     DIFF_OUT,
     ArchiveQueryIn,
     DiffQueryIn,
     FileQueryIn,
+    PatchQueryIn,
+    WorktreeEntryOut,
+)
+from .serializers.messages import MessagePageOut, MessagesQueryIn, TreeEntryOut, part_out
+from .serializers.sessions import (
     HeadIn,
     LineageOut,
-    MessagePageOut,
-    MessagesQueryIn,
     ModelsOut,
-    PatchQueryIn,
     RevertIn,
     RollbackIn,
     SessionIn,
@@ -58,14 +63,8 @@ from .serializers import (
     SessionPageOut,
     SessionPatchIn,
     SessionsQueryIn,
-    SharedOut,
-    SharedQueryIn,
-    ShareIn,
-    ShareLinkOut,
-    TreeEntryOut,
-    WorktreeEntryOut,
-    part_out,
 )
+from .serializers.sharing import SharedOut, SharedQueryIn, ShareIn, ShareLinkOut
 
 TEXT = "text/plain; charset=utf-8"
 # A file's content is text/plain, a directory's listing JSON (the same route).
@@ -157,7 +156,7 @@ class SessionViewSet(SessionScopedViewSet):
     def files(self, request: Request, session_id: str) -> Response | FileResponse:
         """The worktree's files (``.git`` aside; at most ``API_FILES_MAX``)."""
         if self.query(FileQueryIn)["not_kept"]:
-            return Response(revert_services.not_kept(snapshots.for_session(self.get_object())))
+            return Response(revert_plan.not_kept(snapshots.for_session(self.get_object())))
         return self.file(request, session_id, path="")
 
     @extend_schema(operation_id="sessions_files_path_retrieve", responses=FILE_OR_LISTING)
@@ -184,12 +183,12 @@ class SessionViewSet(SessionScopedViewSet):
 
     @extend_schema(request=None, responses={200: SessionOut})
     def unrevert(self, request: Request, session_id: str) -> Response:
-        session = revert_services.unrevert_session(session=self.get_object(), user=request.user)
+        session = unrevert_services.unrevert_session(session=self.get_object(), user=request.user)
         return Response(session_data(session))
 
     @extend_schema(request=None, responses={200: SessionOut})
     def cleanup(self, request: Request, session_id: str) -> Response:
-        session = revert_services.cleanup_session(session=self.get_object(), user=request.user)
+        session = cleanup_services.cleanup_session(session=self.get_object(), user=request.user)
         return Response(session_data(session))
 
     @extend_schema(parameters=[DiffQueryIn], responses={200: DIFF_OUT})
@@ -201,11 +200,11 @@ class SessionViewSet(SessionScopedViewSet):
         message_id = query["message_id"] or None
         if "file" in query:
             return Response(
-                revert_services.session_file_diff(
+                change_services.session_file_diff(
                     session=session, file=query["file"], message_id=message_id
                 )
             )
-        return Response(revert_services.session_diff(session=session, message_id=message_id))
+        return Response(change_services.session_diff(session=session, message_id=message_id))
 
     @extend_schema(request=RollbackIn, responses={200: SessionOut})
     def rollback(self, request: Request, session_id: str) -> Response:

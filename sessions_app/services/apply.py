@@ -20,12 +20,13 @@ from django.utils import timezone
 
 from core.errors import ConflictError, InvalidInput, NotFoundError
 from realtime import events
-from workspace import snapshots
+from workspace import snapshots, trees
 
 from ..models import HistoryEvent, Message, Part, Session
 from ..selectors import active_path, message_data, session_data
 from . import lock
-from .revert import FilesFollow, changes_summary, path_start
+from .changes import changes_summary, path_start
+from .files_follow import FilesFollow
 from .sessions import newest_leaf
 
 ON_CONFLICT = ("refuse", "markers")
@@ -124,7 +125,7 @@ def apply_change(
         snap = snapshots.for_session(locked)
         current = snap.track()
         try:
-            merged, conflicts = snap.merge_trees(change.before, current, change.after)
+            merged, conflicts = trees.merge_trees(snap, change.before, current, change.after)
         except snapshots.MissingObjectError:
             raise NotFoundError(
                 "That change needs snapshot content that is not in the store."

@@ -27,12 +27,12 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 
 from core.errors import InvalidInput, NotFoundError
-from workspace import snapshots
+from workspace import snapshots, store, tree_reads
 
 from ..models import Message, Part, Session
 from ..selectors import fork_point, path_ids
@@ -143,6 +143,36 @@ def _history(session: Session, ids: list[str], name: str) -> History:
             "id", "run_id", "created_at"
         )
     }
+    root, final, steps = _steps_changing(name, ids, _parts_by_message(ids))
+    if len(steps) > BLAME_STEPS_MAX:
+        steps = steps[-BLAME_STEPS_MAX:]
+        root = steps[0].before
+    paths = _input_paths(steps)
+    position = {mid: i for i, mid in enumerate(ids, start=1)}
+    changes = []
+    for step in steps:
+        part, tool = _chosen(step.tools, step.others, paths, name)
+        run_id, created = messages.get(step.message_id, (None, None))
+        at = position[step.message_id]
+        origin = Origin(step.message_id, part, run_id, tool, step.number, at, _when(created))
+        changes.append(Change(step.before, step.after, origin))
+    return History(root, changes, final or root)
+
+
+class _Step(NamedTuple):
+    """A step that changed the file, as its message's parts tell it."""
+
+    message_id: str
+    before: str  # the tree before the step (its patch part's)
+    after: str  # and after (its step-finish's)
+    tools: list[tuple[str, str]]  # (part id, tool) of the step's calls
+    others: list[tuple[str, str]]  # (part id, kind) of the message's parts of other kinds
+    number: int | None  # the step's number in its run
+
+
+def _parts_by_message(ids: list[str]) -> dict[str, list[tuple]]:
+    """The path's parts that may carry a change (text and the like aside), in order, by
+    message: ``(id, message_id, type, tool, data)``."""
     rows = (
         Part.objects.filter(message_id__in=ids)
         .exclude(type__in=NOT_A_SOURCE)
@@ -152,8 +182,17 @@ def _history(session: Session, ids: list[str], name: str) -> History:
     by_message: dict[str, list[tuple]] = {}
     for row in rows:
         by_message.setdefault(row[1], []).append(row)
+    return by_message
+
+
+def _steps_changing(
+    name: str, ids: list[str], by_message: dict[str, list[tuple]]
+) -> tuple[str | None, str | None, list[_Step]]:
+    """Along the path: its first snapshot, its last, and the steps whose patch names
+    ``name`` (a clone's or an upload's seeding step aside: its files are the first
+    snapshot, not a change)."""
     root = final = None
-    steps: list[tuple] = []  # (message, tree before, tree after, tools, others, step)
+    steps: list[_Step] = []
     for mid in ids:
         tools: list[tuple[str, str]] = []
         others: list[tuple[str, str]] = []  # the message's, wherever they are in it
@@ -172,28 +211,23 @@ def _history(session: Session, ids: list[str], name: str) -> History:
                 if seeded or not (after and data.get("snapshot")):
                     continue
                 if name in (data.get("files") or ()):
-                    steps.append((mid, data["snapshot"], after, tools, others, step))
+                    steps.append(_Step(mid, data["snapshot"], after, tools, others, step))
             elif kind == Part.Type.TOOL:
                 tools.append((part_id, tool))
             else:
                 others.append((part_id, kind))  # an applied change's part, or a kind to come
-    if len(steps) > BLAME_STEPS_MAX:
-        steps = steps[-BLAME_STEPS_MAX:]
-        root = steps[0][1]
-    several = [part for s in steps if len(s[3]) > 1 for part, _tool in s[3]]
-    paths = dict(
+    return root, final, steps
+
+
+def _input_paths(steps: list[_Step]) -> dict[str, Any]:
+    """Call id → its input's ``path``, for the calls of the steps that made several (the
+    only input read, and by the database: a ``write``'s is the whole file)."""
+    several = [part for s in steps if len(s.tools) > 1 for part, _tool in s.tools]
+    return dict(
         Part.objects.filter(id__in=several).values_list("id", "state__input__path")
         if several
         else ()
     )
-    position = {mid: i for i, mid in enumerate(ids, start=1)}
-    changes = []
-    for mid, before, after, tools, others, step in steps:
-        part, tool = _chosen(tools, others, paths, name)
-        run_id, created = messages.get(mid, (None, None))
-        origin = Origin(mid, part, run_id, tool, step, position[mid], _when(created))
-        changes.append(Change(before, after, origin))
-    return History(root, changes, final or root)
 
 
 def _chosen(
@@ -227,14 +261,15 @@ def _blame(snap: snapshots.Snapshots, history: History, name: str) -> list[dict]
         trees.append((change.after, change.origin))
     if history.final != trees[-1][0]:
         trees.append((history.final, None))
-    snap.write_object("tree", b"")  # the root's when nothing came before: git reads it too
+    store.write_object(snap, "tree", b"")  # the root's when nothing came before: git reads it too
     origins: dict[str, Origin | None] = {}
     parent = None
     for index, (tree, origin) in enumerate(trees):
         parent = _commit(snap, tree, parent, origin, index)
         origins[parent] = origin
     return _runs(
-        (start, end, origins.get(commit)) for start, end, commit in snap.blame(parent, name)
+        (start, end, origins.get(commit))
+        for start, end, commit in tree_reads.blame(snap, parent, name)
     )
 
 
@@ -255,7 +290,7 @@ def _commit(
     stamp = f"{CHAIN_TIME + index} +0000"
     lines = [f"tree {tree}", *([f"parent {parent}"] if parent else [])]
     lines += [f"author {IDENT} {stamp}", f"committer {IDENT} {stamp}", "", label]
-    return snap.write_object("commit", ("\n".join(lines) + "\n").encode())
+    return store.write_object(snap, "commit", ("\n".join(lines) + "\n").encode())
 
 
 def _runs(groups: Iterable[tuple[int, int, Origin | None]]) -> list[dict]:

@@ -28,7 +28,7 @@ from workspace.worktree_files import plain_relative
 
 from ..models import Message, Part, Session
 from ..selectors import _part_size, message_data, messages_with_parts
-from .revert import _objects_found
+from .changes import objects_found
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,7 @@ def compare_points(
     side_a, cut_a = _bounded(points.path_a[points.shared :])
     side_b, cut_b = _bounded(points.path_b[points.shared :])
     loaded = {m.id: m for m in messages_with_parts(side_a + side_b)}
-    with _objects_found():
+    with objects_found():
         stat = snapshots.for_session(session).diff_stat(found.tree_a, found.tree_b)
     limit = settings.API_FILES_MAX
     files = [
@@ -252,6 +252,6 @@ def compare_file(
     except ValueError as exc:
         raise InvalidInput(f"file: {exc}") from exc
     found = _resolve(session, a, b, other)
-    with _objects_found():
+    with objects_found():
         patch = snapshots.for_session(session).diff_text(found.tree_a, found.tree_b, paths=[file])
     return {"file": file, "patch": patch}

@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from core.errors import InvalidInput, NotFoundError
-from workspace import snapshots
+from workspace import skipped_files, snapshots, store, tree_reads
 
 from ..models import Message, Session
 from ..selectors import active_path, files_at, fork_point
-from .revert import path_start
+from .changes import path_start
 
 ARCHIVE_FORMATS = ("zip", "tar.gz")
 PATCH_FORMATS = ("diff", "mbox")
@@ -66,7 +66,7 @@ def _not_kept(session: Session, path: list[Message], leaf: str | None) -> list[d
     before the point recorded as skipped."""
     if leaf and leaf == session.head_id and not session.revert:
         try:
-            return snapshots.for_session(session).skipped()
+            return skipped_files.skipped(snapshots.for_session(session))
         except snapshots.SnapshotError:
             return []
     for message in reversed(path):
@@ -105,7 +105,7 @@ class Entry:
 
 def entries(snap: snapshots.Snapshots, tree: str) -> list[Entry]:
     """Every file of ``tree`` (blobs: files, executables, symbolic links), by path."""
-    return [Entry(*blob) for blob in snap.blobs(tree)]
+    return [Entry(*blob) for blob in tree_reads.blobs(snap, tree)]
 
 
 class _Sink(io.RawIOBase):
@@ -138,7 +138,7 @@ def _batches(snap: snapshots.Snapshots, files: list[Entry]) -> Iterator[list[tup
             size += entry.size
             continue
         if batch:
-            bodies = snap.read_objects(sorted({e.sha for e in batch}))
+            bodies = store.read_objects(snap, sorted({e.sha for e in batch}))
             yield [(e, bodies[e.sha][1]) for e in batch]
         batch, size = ([entry], entry.size) if entry is not None else ([], 0)
 
@@ -221,7 +221,7 @@ def patch(
     snap = snapshots.for_session(session)
     note = not_kept_note(to.not_kept)
     if fmt == "diff":
-        text = snap.full_diff(base, to.tree)
+        text = tree_reads.full_diff(snap, base, to.tree)
     else:
         text = _mailbox(snap, base, to.path, start, author, to.when)
     if len(text) > settings.DOWNLOAD_PATCH_MAX_BYTES:
@@ -250,7 +250,7 @@ def _mailbox(
     tip = chain(snap, first, base, path, start, author)
     if tip == first:
         return ""
-    return snap.format_patch(first, tip)
+    return tree_reads.format_patch(snap, first, tip)
 
 
 def chain(
@@ -259,7 +259,7 @@ def chain(
     """Commits on top of ``parent`` (whose tree is ``tree``): one per user turn of
     ``path[start:]`` that changed the files, its prompt the message, each turn's time the
     commit's. The last one's id (``parent`` when no turn changed anything). Also what a push
-    sends (``services.repositories.push``)."""
+    sends (``services.repo_push.push``)."""
     ident = _ident(author)
     for prompt, end, when in _turns(path, start):
         after = files_at(path, end) or snapshots.EMPTY_TREE
@@ -308,4 +308,4 @@ def _commit(
     lines += [f"author {ident} {stamp}", f"committer {ident} {stamp}", "", subject]
     if body:
         lines += ["", body]
-    return snap.write_object("commit", ("\n".join(lines) + "\n").encode("utf-8"))
+    return store.write_object(snap, "commit", ("\n".join(lines) + "\n").encode("utf-8"))

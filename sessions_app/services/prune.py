@@ -2,7 +2,7 @@
 
 The store only grows: every step's ``git add`` and every composed revert tree adds objects,
 and nothing deletes them when a cleanup, a rollback or a session's deletion stops naming a
-tree. This module gathers every tree id a row names; ``snapshots.prune_store`` keeps those,
+tree. This module gathers every tree id a row names; ``store.prune_store`` keeps those,
 what they reach and what the session git dirs name, and deletes the rest once it is old.
 """
 
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import time
 
-from workspace import snapshots
+from workspace import snapshots, store
+from workspace.git_output import OBJECT_ID
 
 from ..models import HistoryEvent, Part, Session, Share
 
@@ -38,10 +39,10 @@ def named_trees() -> set[str]:
     for data in HistoryEvent.objects.values_list("data", flat=True).iterator(chunk_size=5000):
         if isinstance(data, dict):
             named.update(v for k in EVENT_TREE_KEYS if isinstance(v := data.get(k), str))
-    return {tree for tree in named if snapshots.OBJECT_ID.fullmatch(tree)}
+    return {tree for tree in named if OBJECT_ID.fullmatch(tree)}
 
 
-def prune_snapshots(*, days: float, dry_run: bool = False) -> snapshots.PruneResult:
+def prune_snapshots(*, days: float, dry_run: bool = False) -> store.PruneResult:
     """Delete the loose objects of the shared store that no row and no session git dir needs
     and that are older than ``days`` (``dry_run``: only count them)."""
     if days <= 0:
@@ -52,6 +53,6 @@ def prune_snapshots(*, days: float, dry_run: bool = False) -> snapshots.PruneRes
     root = snapshots.store_path().parent
     # Listed after the rows: a session made meanwhile has its git dir (and last tree) seen.
     git_dirs = sorted(p for p in root.glob("*.git") if p.is_dir()) if root.is_dir() else []
-    return snapshots.prune_store(
+    return store.prune_store(
         snapshots.store_path(), named, git_dirs=git_dirs, cutoff=cutoff, dry_run=dry_run
     )

@@ -15,7 +15,7 @@ from workspace import snapshots
 from ..models import HistoryEvent, Message, Session
 from ..selectors import active_path, session_data
 from . import lock
-from .revert import changes_summary, path_start
+from .changes import changes_summary, path_start
 
 
 def estimate_context_tokens(path: list[Message]) -> int:

@@ -17,8 +17,10 @@ from workspace import snapshots
 from ..models import HistoryEvent, Message, Session
 from ..selectors import active_path, files_at, session_data
 from . import lock
-from .repositories import check_repository, hold_for_clone
-from .revert import FilesFollow, changes_summary, path_start
+from .changes import changes_summary, path_start
+from .files_follow import FilesFollow
+from .repo_checks import check_repository
+from .repo_import import hold_for_clone
 
 
 def create_session(
@@ -33,9 +35,9 @@ def create_session(
 ) -> Session:
     """A new session of ``owner``. The arguments' shape (a checkpoint mode of
     ``Session.Checkpoint``, a model name ``scripted`` or ``openai:<model>``) is the API's to
-    check (``sessions_app.api.serializers.SessionIn``); empty means the default.
+    check (``sessions_app.api.serializers.sessions.SessionIn``); empty means the default.
     ``repository`` ({url, ref, depth, credential_id}): the session starts ``preparing`` and
-    its worktree is cloned by a job (``services.repositories``)."""
+    its worktree is cloned by a job (``services.repo_import``)."""
     checkpoint = checkpoint or Session.Checkpoint.TOOL_BATCH
     model = model or settings.AGENT_MODEL
     source = check_repository(owner, repository) if repository else {}

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.errors import NotAuthenticated, NotFoundError
-from workspace import snapshots
+from workspace import snapshots, tree_reads
 from workspace.worktree_files import PATH_MAX
 
 from ..models import Message, Part, Session, Share
@@ -134,7 +134,7 @@ def shared_data(
         },
         "messages": [_readable(message_data(m)) for m in page.messages],
         "previous_before": page.before,
-        "files": snap.list_tree(tree),
+        "files": tree_reads.list_tree(snap, tree),
         "diff": snap.diff_stat(start, tree),
     }
 

@@ -1,5 +1,5 @@
-"""Real code in, real work out (SEMANTICS 13): a session started from a git repository or an
-uploaded archive, a push of its work, and the user's saved credentials.
+"""Real code in (SEMANTICS 13): a session started from a git repository or an uploaded
+archive.
 
 * **Clone.** ``create_session(repository=…)`` stores the session ``preparing``, its busy lock
   held by a prepare job (``ids.prepare_id``) with a lease that outlasts
@@ -13,10 +13,8 @@ uploaded archive, a push of its work, and the user's saved credentials.
   empty worktree and an unrevert gives the clone back (13.1).
 * **Upload.** ``fill_from_upload``: the same, in the request: ``unpack`` checks every
   member (links, devices, ``..``, sizes, ratios) before anything is kept.
-* **Push.** One commit per user turn on top of the cloned commit, built from the snapshots
-  in the session's own snapshot store (never the worktree's ``.git``, which the agent may
-  have changed), pushed to the session's origin (``source.url``, never a remote the
-  worktree names) under the branch the user names: never forced (13.2).
+
+The request itself is checked first (``repo_checks.check_repository``).
 """
 
 from __future__ import annotations
@@ -25,7 +23,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -39,105 +36,21 @@ from core import ids
 from core.errors import ConflictError, InvalidInput, NotFoundError
 from quotas_app.limits import effective
 from realtime import events
-from workspace import repos, snapshots, unpack
+from workspace import repos, seeding, snapshots, unpack
+from workspace.unpack_checks import ArchiveRefused
 
-from .. import vault
-from ..models import Credential, HistoryEvent, Message, Part, Session
+from ..models import HistoryEvent, Message, Part, Session
 from ..selectors import session_data
-from . import downloads, lock
-from .revert import changes_summary, path_start
+from . import lock
+from .changes import changes_summary, path_start
+from .credentials import secret_for
 
 log = logging.getLogger(__name__)
 COMMIT = re.compile(r"[0-9a-f]{40}")
-REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}$")
-DEPTH_MAX = 1_000_000
 STAGING = ".staging"
 
 
-# -- credentials -----------------------------------------------------------------------------
-def credential_data(credential: Credential) -> dict:
-    return {
-        "id": credential.id,
-        "name": credential.name,
-        "host": credential.host,
-        "kind": credential.kind,
-        "created_at": credential.created_at.isoformat().replace("+00:00", "Z"),
-    }
-
-
-def save_credential(*, owner, name: str, host: str, kind: str, secret: str) -> Credential:  # noqa: ANN001
-    """A new credential of ``owner`` (its shape checked by the API's serializer)."""
-    if owner.git_credentials.count() >= settings.CREDENTIALS_PER_USER_MAX:
-        raise InvalidInput(
-            f"You have {settings.CREDENTIALS_PER_USER_MAX} saved credentials already: delete "
-            "one first."
-        )
-    return Credential.objects.create(
-        owner=owner, name=name, host=host.lower(), kind=kind, secret=vault.seal(secret)
-    )
-
-
-def credentials_of(owner) -> list[dict]:  # noqa: ANN001
-    rows = Credential.objects.filter(owner=owner)[: settings.CREDENTIALS_PER_USER_MAX]
-    return [credential_data(c) for c in rows]
-
-
-def delete_credential(*, owner, credential_id: str) -> None:  # noqa: ANN001
-    """Delete one of ``owner``'s credentials; sessions that named it push and clone without
-    it from then on (their ``source`` keeps only its id)."""
-    deleted, _ = Credential.objects.filter(owner=owner, id=credential_id).delete()
-    if not deleted:
-        raise NotFoundError("No such credential.")
-
-
-def _secret_for(owner_id: int, credential_id: str | None, remote: repos.Remote):
-    if not credential_id:
-        return None
-    credential = Credential.objects.filter(id=credential_id, owner_id=owner_id).first()
-    if credential is None:
-        raise NotFoundError("No such credential.")
-    if credential.host != remote.host:
-        raise InvalidInput(
-            f"The credential {credential.name!r} is for {credential.host}, not {remote.host}: "
-            "a credential is only ever sent to its own host."
-        )
-    if credential.kind == Credential.Kind.SSH_KEY and remote.scheme != "ssh":
-        raise InvalidInput("An ssh key is for ssh:// URLs; use an access token for https.")
-    if credential.kind == Credential.Kind.TOKEN and remote.scheme != "https":
-        raise InvalidInput("An access token is for https:// URLs.")
-    try:
-        return repos.Secret(credential.kind, vault.unseal(credential.secret))
-    except vault.SecretUnreadable as exc:
-        raise InvalidInput(str(exc)) from None
-
-
 # -- clone -------------------------------------------------------------------------------------
-def check_repository(owner, repository: dict) -> dict:  # noqa: ANN001
-    """The session's ``source`` for ``repository`` ({url, ref?, depth?, credential_id?}),
-    every part checked before anything is stored: the URL and its host (``repos.check_url``),
-    the ref's shape, the credential (the owner's, for that host)."""
-    try:
-        remote = repos.check_url(repository.get("url"))
-    except repos.RepoError as exc:
-        raise InvalidInput(f"repository.url: {exc}") from None
-    ref = repository.get("ref") or ""
-    if not isinstance(ref, str) or (ref and (not REF.match(ref) or ".." in ref)):
-        raise InvalidInput("repository.ref must be a branch, a tag or a commit id.")
-    depth = repository.get("depth", 1)
-    if depth is None:
-        depth = 1
-    if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth <= DEPTH_MAX:
-        raise InvalidInput("repository.depth must be a whole number (0: the whole history).")
-    credential_id = repository.get("credential_id") or None
-    if credential_id is not None and not isinstance(credential_id, str):
-        raise InvalidInput("repository.credential_id must be a credential's id.")
-    _secret_for(owner.pk, credential_id, remote)  # refused now, not in the job
-    source = {"type": "git", "url": remote.url, "ref": ref, "depth": depth, "commit": None}
-    if credential_id:
-        source["credential_id"] = credential_id
-    return source
-
-
 def hold_for_clone(session: Session) -> str:
     """Inside the transaction that creates ``session``: hold its busy lock for the prepare
     job (whose id this returns) and enqueue the job after the commit."""
@@ -193,7 +106,7 @@ def prepare(session_id: str, job: str) -> None:
     staging = _staging(session)
     try:
         remote = repos.check_url(source["url"])  # again: git goes to the addresses checked now
-        secret = _secret_for(session.owner_id, source.get("credential_id"), remote)
+        secret = secret_for(session.owner_id, source.get("credential_id"), remote)
         watch = repos.Watch(
             deadline=time.monotonic() + settings.REPO_CLONE_TIMEOUT,
             max_bytes=_byte_limit(session),
@@ -391,9 +304,8 @@ def _seed(snap: snapshots.Snapshots, git_dir: Path) -> None:
     stat walk, not a hash of every file; and its ``shallow`` list, so a push stops there."""
     packs = sorted((git_dir / "objects" / "pack").glob("pack-*.*"))
     index = git_dir / "index"
-    seed = getattr(snap, "seed", None)
-    if seed is not None and index.is_file():
-        seed(index, [p for p in packs if p.suffix in (".pack", ".idx")])
+    if index.is_file():
+        seeding.seed(snap, index, [p for p in packs if p.suffix in (".pack", ".idx")])
     shallow = git_dir / "shallow"
     if shallow.is_file() and not shallow.is_symlink():
         shutil.copyfile(shallow, snap.git_dir / "shallow")
@@ -444,7 +356,7 @@ def fill_from_upload(*, session: Session, name: str, fileobj=None, files=None) -
         source = {"type": "upload", "name": name[:200], "files": done.files}
         text = f"Uploaded {name or 'a folder'}: {done.files:,} files, {done.bytes:,} bytes."
         return _finish(session.id, None, tree, source, text, seed=False)
-    except unpack.ArchiveRefused as exc:
+    except ArchiveRefused as exc:
         _drop(session)
         raise InvalidInput(str(exc)) from None
     except BaseException:
@@ -458,85 +370,3 @@ def _drop(session: Session) -> None:
     Session.objects.filter(id=session.id).delete()
     shutil.rmtree(session.worktree, ignore_errors=True)
     shutil.rmtree(session.snapshot_dir, ignore_errors=True)
-
-
-# -- push --------------------------------------------------------------------------------------
-BRANCH = re.compile(
-    r"^(?!-)(?!.*\.\.)(?!.*//)(?!.*@\{)(?!.*\.lock$)(?!.*/\.)(?!\.)[A-Za-z0-9._/-]{1,200}(?<![/.])$"
-)
-
-
-def push(*, session: Session, branch: object, credential_id: object, user) -> dict:  # noqa: ANN001
-    """Push the session's work at its head to its origin under ``branch`` (see the module):
-    ``{remote, branch, commit}``; 409 when the branch exists and would not fast-forward."""
-    source = session.source or {}
-    if source.get("type") != "git" or not source.get("commit"):
-        raise InvalidInput("Only a session started from a git repository can be pushed.")
-    if not isinstance(branch, str) or not BRANCH.match(branch):
-        raise InvalidInput("branch must be a branch name such as agent/fix-tests.")
-    if credential_id is not None and not isinstance(credential_id, str):
-        raise InvalidInput("credential_id must be a credential's id.")
-    try:
-        remote = repos.check_url(source["url"])
-    except repos.RepoError as exc:
-        raise InvalidInput(str(exc)) from None
-    secret = _secret_for(session.owner_id, credential_id or source.get("credential_id"), remote)
-    at = downloads.point(session, None)
-    path = at.path
-    start = next(
-        (i + 1 for i, m in enumerate(path) if _is_source(m)), 0
-    )  # the turns after the clone
-    snap = snapshots.for_session(session)
-    base_tree = snap.object_info([source["commit"]])
-    if not base_tree or base_tree[0][1] != "commit":
-        raise ConflictError("The cloned commit is not in the snapshot store any more.")
-    finishes = [p for m in path[:start] for p in m.loaded_parts if p.type == "step-finish"]
-    clone_tree = finishes[-1].data["snapshot"] if finishes else _commit_tree(snap, source["commit"])
-    tip = downloads.chain(snap, source["commit"], clone_tree, path, start, user.get_username())
-    watch = repos.Watch(deadline=time.monotonic() + settings.REPO_CLONE_TIMEOUT)
-    with _scratch_dir() as cwd:
-        result = repos.run(
-            ["push", "--porcelain", "--no-verify", remote.pinned_url, f"{tip}:refs/heads/{branch}"],
-            remote=remote,
-            secret=secret,
-            watch=watch,
-            cwd=cwd,
-            git_dir=snap.git_dir,
-            host_key=source.get("host_key", ""),
-        )
-    if result.code != 0:
-        text = f"{result.stdout}\n{result.stderr}"
-        if "[rejected]" in text or "non-fast-forward" in text or "fetch first" in text:
-            raise ConflictError(
-                f"The branch {branch} exists on the remote and would not fast-forward to this "
-                "work: choose a new branch name."
-            )
-        raise InvalidInput(repos.failure_sentence(result, "The push"))
-    HistoryEvent.objects.create(
-        session=session,
-        kind="push",
-        created_by=user,
-        data={"remote": remote.url, "branch": branch, "commit": tip},
-    )
-    return {"remote": remote.url, "branch": branch, "commit": tip}
-
-
-def _is_source(message: Message) -> bool:
-    return any(
-        p.type == Part.Type.STEP_START and (p.data or {}).get("source")
-        for p in message.loaded_parts
-    )
-
-
-def _commit_tree(snap: snapshots.Snapshots, commit: str) -> str:
-    body = snap.read_objects([commit])[commit][1].decode("utf-8", "replace")
-    return body.split("\n", 1)[0].removeprefix("tree ").strip()
-
-
-class _scratch_dir:
-    def __enter__(self) -> Path:
-        self._dir = tempfile.TemporaryDirectory(prefix="agentplat-push-")
-        return Path(self._dir.name)
-
-    def __exit__(self, *exc: object) -> None:
-        self._dir.cleanup()

@@ -1,0 +1,51 @@
+"""The ``DATABASES`` entry of a ``DATABASE_URL`` (PostgreSQL in services mode; SQLite, in WAL
+mode, in embedded mode or for a ``sqlite://`` URL)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlparse
+
+from config.environment import BASE_DIR
+
+
+def database_from_url(url: str) -> dict:
+    parsed = urlparse(url)
+    if parsed.scheme in {"postgres", "postgresql", "pgsql"}:
+        options = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        # A transaction left open by a process that was stopped (SIGSTOP, a VM pause) would
+        # hold its row locks until it woke: PostgreSQL ends it after this long instead, so a
+        # run taken over by another worker never waits on the one that lost it.
+        idle = int(os.environ.get("DB_IDLE_IN_TRANSACTION_SECONDS", "20"))
+        if idle > 0 and "options" not in options:
+            options["options"] = f"-c idle_in_transaction_session_timeout={idle * 1000}"
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parsed.path.lstrip("/")) or "postgres",
+            "USER": unquote(parsed.username or ""),
+            "PASSWORD": unquote(parsed.password or ""),
+            "HOST": parsed.hostname or "",
+            "PORT": str(parsed.port or ""),
+            "CONN_MAX_AGE": 0,
+            "OPTIONS": options,
+        }
+    if parsed.scheme == "sqlite":
+        return sqlite(Path(unquote(parsed.path)) if parsed.path else BASE_DIR / "var/db.sqlite3")
+    raise ValueError(f"Unsupported DATABASE_URL scheme: {parsed.scheme!r}")
+
+
+def sqlite(path: Path) -> dict:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(path),
+        # IMMEDIATE transactions avoid "database is locked" on lock upgrades between the
+        # web threads and the in-process run threads; WAL lets readers run beside a writer.
+        "OPTIONS": {
+            "timeout": 30,
+            "transaction_mode": "IMMEDIATE",
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+        "TEST": {"NAME": str(path.with_name(path.stem + "-test.sqlite3"))},
+    }

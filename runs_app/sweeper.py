@@ -1,0 +1,66 @@
+"""The sweep every worker and the embedded server run: a session whose busy lease expired
+belongs to a dead worker. Its run starts again (``lifecycle.begin`` takes it over and it
+resumes) without waiting for the broker's visibility timeout, or — when that run had
+already ended — the session goes on to its queued runs (``lifecycle.release_if_ended``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from sessions_app.models import Session
+
+from . import lifecycle, runtime
+from .models import Run
+
+log = logging.getLogger(__name__)
+
+
+def requeue_expired() -> list[str]:
+    """Sessions whose busy lease expired belong to a dead worker: start the holder's run
+    again (``begin`` takes it over and it resumes), or release the lock when the holder had
+    already finished. A duplicate start is harmless (see ``lifecycle.begin``)."""
+    requeued = []
+    stale = Session.objects.filter(
+        busy_run_id__isnull=False, lease_expires_at__lt=timezone.now()
+    ).values_list("id", "busy_run_id")
+    for session_id, run_id in stale:
+        run = Run.objects.filter(id=run_id).only("status").first()
+        if run is None or run.is_terminal:
+            lifecycle.release_if_ended(session_id, run_id)
+            continue
+        runtime.enqueue(run_id)
+        requeued.append(run_id)
+    return requeued
+
+
+_sweeper_pid = 0
+
+
+def start_sweeper() -> None:
+    """A daemon thread that runs ``requeue_expired`` every half lease, once per process."""
+    global _sweeper_pid
+    if _sweeper_pid == os.getpid():
+        return
+    _sweeper_pid = os.getpid()
+
+    def sweep() -> None:
+        interval = max(1.0, settings.RUN_LEASE_SECONDS / 2)
+        while True:
+            try:
+                requeued = requeue_expired()
+                if requeued:
+                    log.warning("re-enqueued runs with expired leases: %s", requeued)
+            except Exception:
+                log.exception("stale-run sweep failed")
+            finally:
+                connection.close()
+            time.sleep(interval)
+
+    threading.Thread(target=sweep, name="stale-run-sweeper", daemon=True).start()

@@ -1,0 +1,80 @@
+"""A snapshot git dir on disk, written directly rather than by git: its layout (what
+``git init`` and five ``git config`` calls would write, six processes saved per new session
+or fork), its ``info/exclude``, and the links of its objects to the shared store.
+
+``Snapshots.ensure`` and ``Snapshots.adopt_objects_of`` (``snapshots.py``) call these.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+TMP_PREFIX = ".tmp-"  # a file written under a temporary name, then renamed (git's: tmp_obj_)
+
+GIT_CONFIG = """[core]
+\trepositoryformatversion = 0
+\tfilemode = true
+\tbare = false
+\tautocrlf = false
+\tquotepath = false
+\tuntrackedCache = true
+[gc]
+\tauto = 0
+"""
+
+
+def make_git_dir(
+    git_dir: Path, worktree: Path, objects: Path | None, exclude: Iterable[str]
+) -> None:
+    """Make the git dir if it is missing, and the worktree. HEAD comes last, so a git dir
+    interrupted half-way is made again. ``objects``: the shared store that ``objects`` links
+    to. ``exclude``: the patterns of ``info/exclude`` besides ``.git``."""
+    worktree.mkdir(parents=True, exist_ok=True)
+    if (git_dir / "HEAD").exists():
+        write_exclude(git_dir, exclude)
+        return
+    git_dir.mkdir(parents=True, exist_ok=True)
+    own = git_dir / "objects"
+    if objects is not None and not own.exists():
+        # One content-addressed store for every session: a fork's trees are already
+        # there, so forking files costs nothing per object (objects are immutable).
+        objects.mkdir(parents=True, exist_ok=True)
+        own.symlink_to(os.path.relpath(objects, git_dir), True)
+    for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
+        (git_dir / sub).mkdir(parents=True, exist_ok=True)
+    write_exclude(git_dir, exclude)
+    (git_dir / "config").write_text(GIT_CONFIG)
+    (git_dir / "HEAD").write_text("ref: refs/heads/main\n")
+
+
+def write_exclude(git_dir: Path, exclude: Iterable[str]) -> None:
+    """``info/exclude``: the worktree's own ``.git``, and ``exclude`` (``SNAPSHOT_EXCLUDE``).
+    Rewritten only when the setting changed (git's untracked cache is keyed on this file)."""
+    text = "".join(f"{line}\n" for line in (".git", *exclude))
+    path = git_dir / "info" / "exclude"
+    try:
+        if path.read_text() == text:
+            return
+    except (FileNotFoundError, UnicodeDecodeError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_name(f"exclude{TMP_PREFIX}{os.getpid()}")
+    scratch.write_text(text)
+    os.replace(scratch, path)
+
+
+def add_alternate(objects: Path, other_git_dir: Path) -> None:
+    """A session made before the shared store kept its objects in its own git dir
+    (``other_git_dir``): list them as an alternate of the store ``objects``, so a fork of it
+    can read its trees."""
+    own = other_git_dir / "objects"
+    if not own.is_dir() or own.is_symlink():
+        return
+    alternates = objects / "info" / "alternates"
+    alternates.parent.mkdir(parents=True, exist_ok=True)
+    known = alternates.read_text().split() if alternates.exists() else []
+    if str(own.resolve()) not in known:
+        with alternates.open("a") as fh:
+            fh.write(f"{own.resolve()}\n")

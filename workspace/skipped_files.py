@@ -1,0 +1,55 @@
+"""The files of a worktree that its snapshots do not cover, and why (``skipped``): a step's
+``step-finish`` part, the revert preview and the downloads report them, so that nothing is
+left out of a snapshot silently."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from . import git_output
+from .git_names import git_refuses
+from .snapshots import Snapshots
+
+
+def skipped(snap: Snapshots) -> list[dict[str, str]]:
+    """Files of the worktree that snapshots do not cover, and why: ``invalid-name`` (git
+    refuses it), ``large`` (over ``SNAPSHOT_MAX_FILE_BYTES``), ``excluded``
+    (``SNAPSHOT_EXCLUDE``), ``ignored`` (the worktree's ``.gitignore``)."""
+    snap.ensure()
+    result = []
+    limit = settings.SNAPSHOT_MAX_FILE_BYTES
+    others = snap.git("ls-files", "--others", "-z", "--", ".")
+    for name in git_output.names(others):
+        path = snap.worktree / name
+        if git_refuses(name):
+            result.append({"path": name, "reason": "invalid-name"})
+        elif limit and path.is_file() and path.stat().st_size > limit:
+            result.append({"path": name, "reason": "large"})
+    ignored = snap.git(
+        "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"
+    )
+    names = [n for n in ignored.split("\0") if n and n.rstrip("/") != ".git"]
+    excluded = _excluded(snap, names)
+    for name in names:
+        result.append({"path": name, "reason": "excluded" if name in excluded else "ignored"})
+    return sorted(result, key=lambda r: r["path"])
+
+
+def _excluded(snap: Snapshots, names: list[str]) -> set[str]:
+    """Those of ``names`` (ignored paths) that ``info/exclude`` (``SNAPSHOT_EXCLUDE``),
+    not a ``.gitignore``, leaves out: git says which pattern matched, and where from."""
+    if not names or not settings.SNAPSHOT_EXCLUDE:
+        return set()
+    # check-ignore takes no literal pathspecs: a name that would read as pathspec magic
+    # (a leading ":") is left out of the question, and reported "ignored".
+    asked = [n for n in names if not n.startswith(":")]
+    out = snap.run(
+        ["--no-literal-pathspecs", "check-ignore", "--verbose", "--no-index", "--stdin", "-z"],
+        input=b"".join(n.encode("utf-8", "surrogateescape") + b"\0" for n in asked),
+    ).stdout.split(b"\0")
+    exclude = str(snap.git_dir / "info" / "exclude").encode("utf-8", "surrogateescape")
+    found = set()
+    for i in range(0, len(out) - 3, 4):  # source, line, pattern, path
+        if out[i] == exclude:
+            found.add(out[i + 3].decode("utf-8", "surrogateescape"))
+    return found
