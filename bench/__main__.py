@@ -63,6 +63,54 @@ def _table(title: str, header: list[str], rows: list[list[str]], note: str = "")
     return "\n".join(out)
 
 
+def headline_streaming(r: dict[str, Any]) -> str:
+    """The README's rows: token latency p99 with the runs asked for through the API, as
+    deployed (Daphne weighted), at equal weights, and while all the runs stream; the time
+    to the first token."""
+    rows = []
+    for key, target in (("fifty", 50.0), ("many", 250.0)):
+        deployed, equal = r.get(key), r.get(f"{key}_equal")
+        if not deployed:
+            continue
+        shape = f"{deployed['sessions']} x {1000 / deployed['pace_ms']:.0f} tok/s"
+        cells = [
+            ("as deployed", deployed["p99_ms"]),
+            ("equal weights", equal["p99_ms"] if equal else float("nan")),
+            ("while all stream, as deployed", deployed["p99_all_streaming_ms"]),
+            (
+                "while all stream, equal weights",
+                equal["p99_all_streaming_ms"] if equal else float("nan"),
+            ),
+        ]
+        for how, value in cells:
+            met = "met" if value <= target else "not met"
+            rows.append([f"{shape}, {how}", f"≤ {_f(target, 0)}", _f(value), met])
+        for label, s in (("as deployed", deployed), ("equal weights", equal)):
+            if s and key == "fifty":
+                value = s["ttft_p99_ms"]
+                rows.append(
+                    [
+                        f"{shape}: time to the first token, {label}",
+                        "≤ 1000",
+                        f"{_f(value, 0)} (p50 {_f(s['ttft_p50_ms'], 0)})",
+                        "met" if value <= 1000 else "not met",
+                    ]
+                )
+    starts = r.get("starts")
+    note = ""
+    if starts:
+        note = (
+            f"a run's start and end (one token each, {starts['sessions']} at once), CPU ms per "
+            f"run by process: {starts.get('cpu_ms_per_run_by_command')}"
+        )
+    return _table(
+        "Streaming, the headline (runs asked for through the web process's API, all at once)",
+        ["", "target ms", "p99 ms", ""],
+        rows,
+        note,
+    )
+
+
 def report_streaming(r: dict[str, Any]) -> str:
     fl = r["floor"]
     rows = [
@@ -82,6 +130,8 @@ def report_streaming(r: dict[str, Any]) -> str:
         ("one", "host worker (1 process)"),
         ("fifty", "host worker (1 process)"),
         ("many", "host worker (1 process)"),
+        ("fifty_equal", "host worker, equal CPU weights"),
+        ("many_equal", "host worker, equal CPU weights"),
         ("old_fifty", f"old worker (prefork -c {r.get('old_fifty', {}).get('sessions', '?')})"),
     )
     for key, worker in labels:
@@ -124,7 +174,7 @@ def report_streaming(r: dict[str, Any]) -> str:
             f"{r.get('database', '?')}; CPU weights: {r.get('cpu_weights', '?')}",
         )
     ]
-    for key in ("one", "fifty", "many", "old_fifty"):
+    for key in ("one", "fifty", "many", "fifty_equal", "many_equal", "old_fifty"):
         s = r.get(key)
         if not s or "p99_all_streaming_ms" not in s:
             continue
@@ -138,6 +188,7 @@ def report_streaming(r: dict[str, Any]) -> str:
             f"{_f(s['worker_cpu_share'], 2)}, Daphne {_f(s['daphne_cpu_share'], 2)}, clients "
             f"{_f(s['clients_cpu_share'], 2)}"
         )
+    out.append(headline_streaming(r))
     if "rss_mib_per_added_run" in r:
         out.append(
             f"  worker memory per added live run (RSS at {r['many']['sessions']} vs at "

@@ -42,9 +42,11 @@ DB_NAME = os.environ.get("BENCH_DB_NAME", "agentplat_bench")
 FAVOURED_NICE = -10
 
 
-def favour(pid: int | str) -> str:
+def favour(pid: int | str, equal: bool = False) -> str:
     """Give the session of ``pid`` (an int, or "self") the favoured CPU weight; what was done,
     for the report. Needs the kernel's autogroups and the right to raise a priority."""
+    if equal:
+        return "the default (equal weights)"
     if os.environ.get("BENCH_EQUAL_WEIGHTS") == "1":
         return "the default (BENCH_EQUAL_WEIGHTS=1)"
     path = Path(f"/proc/{pid}/autogroup")
@@ -53,25 +55,6 @@ def favour(pid: int | str) -> str:
     except OSError as exc:
         return f"the default (its autogroup could not be set: {exc.strerror or exc})"
     return f"autogroup nice {FAVOURED_NICE}"
-
-
-@contextlib.contextmanager
-def favoured_self() -> Iterator[str]:
-    """This process's session favoured while the block runs (the streaming benchmark's
-    websocket clients: they stand in for browsers on other machines, whose reading of a frame
-    the server's own work does not delay), then as it was."""
-    path = Path("/proc/self/autogroup")
-    try:
-        before = int(path.read_text().split("nice")[1])
-    except (OSError, IndexError, ValueError):
-        before = None
-    done = favour("self")
-    try:
-        yield done
-    finally:
-        if before is not None and done.startswith("autogroup"):
-            with contextlib.suppress(OSError):
-                path.write_text(str(before))
 
 
 def free_port() -> int:
@@ -202,7 +185,9 @@ class Env:
             check=True,
         )
 
-    def daphne(self) -> tuple[Proc, int]:
+    def daphne(self, equal: bool = False) -> tuple[Proc, int]:
+        """Daphne on a free port, its CPU weight as deployed (ten times the others') unless
+        ``equal``."""
         port = free_port()
         proc = self.spawn(
             f"daphne-{port}",
@@ -216,8 +201,9 @@ class Env:
             ],
             # The streaming benchmark reads Daphne's fan-out histogram while it runs.
             METRICS_TOKEN=METRICS_TOKEN,
+            ASGI_THREADS="32",  # as platform/Procfile starts it
         )
-        self.daphne_weight = favour(proc.popen.pid)
+        self.daphne_weight = favour(proc.popen.pid, equal)
         wait_port(port, proc=proc.popen)
         return proc, port
 
@@ -263,6 +249,9 @@ class Env:
         self.stop_all()
         if self.private_pg is not None:
             self.private_pg.stop()
+        if os.environ.get("BENCH_KEEP") == "1":
+            print(f"bench: kept {self.workdir} (BENCH_KEEP=1): the processes' logs", flush=True)
+            return
         shutil.rmtree(self.workdir, ignore_errors=True)
 
 

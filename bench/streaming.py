@@ -49,7 +49,6 @@ from .env import (
     VENV_BIN,
     Env,
     cpu_seconds,
-    favoured_self,
     tree_total_rss_mib,
 )
 from .stats import percentile, ratio
@@ -105,8 +104,9 @@ async def redis_floor(samples: int) -> dict[str, float]:
 
 # -- the clients -----------------------------------------------------------------------------
 class Client:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, session_id: str = "") -> None:
         self.url = url
+        self.session_id = session_id
         # received, part, offset, length, published (the event's ``seq``: the publishing
         # process's clock in µs when it sent the event to Redis; 0 where it is not one)
         self.frames: list[tuple[float, str, int, int, float]] = []
@@ -329,15 +329,17 @@ async def scenario(
     daphne_pid: int,
     child_env: dict[str, str],
 ) -> dict[str, Any]:
-    clients = [Client(f"ws://127.0.0.1:{port}/ws/sessions/{s.id}/?token={token}") for s in sessions]
+    clients = [
+        Client(f"ws://127.0.0.1:{port}/ws/sessions/{s.id}/?token={token}", s.id) for s in sessions
+    ]
     tasks = [asyncio.create_task(c.run()) for c in clients]
     await asyncio.wait_for(asyncio.gather(*(c.subscribed.wait() for c in clients)), 120)
     await asyncio.sleep(0.5)
     script = _script(tokens, pace_ms)
 
-    # The runs are started from a process of their own, as an API server would
-    # (bench/start_runs.py), set up before the clock starts; a session of its own, so that it
-    # shares the CPU as a process group of its own, not with the clients (bench/env.py).
+    # The runs are asked for through the web process's API, all at once, from a process of
+    # its own (bench/start_runs.py: the browsers pressing Send), set up before the clock
+    # starts; a session of its own at the default CPU weight (bench/env.py).
     starter = await asyncio.create_subprocess_exec(
         str(VENV_BIN / "python"),
         "-m",
@@ -352,14 +354,22 @@ async def scenario(
     if (await asyncio.wait_for(starter.stdout.readline(), 60)).strip() != b"ready":
         raise RuntimeError("bench.start_runs did not start")
 
-    starter_cpu: list[float] = []  # its CPU seconds from "ready" to its exit
+    requests: dict[str, Any] = {}  # when each request was sent and answered, and its status
 
     async def start_all() -> None:
-        order = {"user_id": user.pk, "session_ids": [s.id for s in sessions], "content": script}
+        order = {
+            "url": f"http://127.0.0.1:{port}",
+            "token": token,
+            "session_ids": [s.id for s in sessions],
+            "content": script,
+        }
         out, _ = await starter.communicate(json.dumps(order).encode() + b"\n")
         if starter.returncode:
             raise RuntimeError(f"bench.start_runs failed ({starter.returncode})")
-        starter_cpu.append(float(out.split()[-1]))
+        requests.update(json.loads(out.splitlines()[-1]))
+        refused = {sid: code for sid, code in requests["status"].items() if code != 202}
+        if refused:
+            raise RuntimeError(f"runs refused by the API: {refused}")
 
     # Daphne's first HTTP request imports its URL conf (~100 ms of its loop): before the clock.
     with contextlib.suppress(OSError, ValueError):
@@ -396,6 +406,15 @@ async def scenario(
         name: (after[name] - by_command.get(name, 0.0)) / max(1e-9, elapsed) for name in after
     }
     top_shares = {n: round(v, 3) for n, v in sorted(shares.items(), key=lambda kv: -kv[1])[:8]}
+    # What each run cost each process, start to end (with one token each, the "starts"
+    # scenario: what a run's start and end cost; "python" is the benchmark's clients and
+    # browsers, "<name> children" what a process waited for, e.g. git under the worker).
+    per_run = {
+        name: (after[name] - by_command.get(name, 0.0)) * 1000.0 / len(sessions) for name in after
+    }
+    cpu_ms_per_run = {
+        n: round(v, 2) for n, v in sorted(per_run.items(), key=lambda kv: -kv[1])[:8] if v > 0
+    }
     for task in tasks:
         await task
     await asyncio.sleep(0.6)  # the probe writes its notes every 100 ms
@@ -424,6 +443,16 @@ async def scenario(
     all_to = min(last_emits.values()) if last_emits else 0.0
     together = [ms for t, ms in timed if all_from <= t <= all_to]
     recv_times = [f[0] for f in frames]
+    # Time to the first token, as each browser sees it: from its request to its first frame.
+    ttft = [
+        (c.frames[0][0] - requests["sent"][c.session_id]) * 1000.0
+        for c in clients
+        if c.frames and c.session_id in requests.get("sent", {})
+    ]
+    answers = [
+        (requests["answered"][sid] - requests["sent"][sid]) * 1000.0
+        for sid in requests.get("answered", {})
+    ]
     delivered_tokens = len(emits) - lost
     asked = len(sessions) * 1000.0 / pace_ms
     produced = produced_rate(emits)
@@ -458,7 +487,12 @@ async def scenario(
             delivered_tokens / (max(recv_times) - min(recv_times)) if len(recv_times) > 1 else 0.0
         ),
         "enqueue_seconds": started,
-        "api_cpu_ms_per_run": starter_cpu[0] / len(sessions) * 1000 if starter_cpu else 0.0,
+        "ttft_p50_ms": percentile(ttft, 50) if ttft else float("nan"),
+        "ttft_p99_ms": percentile(ttft, 99) if ttft else float("nan"),
+        "ttft_max_ms": max(ttft) if ttft else float("nan"),
+        "api_answer_p50_ms": percentile(answers, 50) if answers else float("nan"),
+        "api_answer_p99_ms": percentile(answers, 99) if answers else float("nan"),
+        "browsers_cpu_ms_per_run": requests.get("cpu_s", 0.0) / len(sessions) * 1000,
         "worker_cpu_us_per_token": cpu_worker / max(1, len(emits)) * 1e6,
         "daphne_cpu_us_per_token": cpu_daphne / max(1, len(emits)) * 1e6,
         "worker_cpu_share": cpu_worker / max(1e-9, elapsed),
@@ -468,6 +502,7 @@ async def scenario(
         "clients_cpu_share": cpu_clients / max(1e-9, elapsed),
         "elapsed_s": elapsed,
         "cpu_share_by_command": top_shares,
+        "cpu_ms_per_run_by_command": cpu_ms_per_run,
         # From the first run's first token to the last run's first token.
         "first_token_spread_s": (
             max(first_emits.values()) - min(first_emits.values()) if first_emits else 0.0
@@ -584,11 +619,12 @@ def _spied(worker_pid: int, daphne_pid: int, label: str) -> Iterator[None]:
 
 
 def run(env: Env, *, quick: bool, sessions: int = 50, old: bool = True) -> dict[str, Any]:
-    with favoured_self() as clients_weight:
-        results = _run(env, quick=quick, sessions=sessions, old=old)
+    results = _run(env, quick=quick, sessions=sessions, old=old)
     results["cpu_weights"] = (
-        f"Daphne's process group {env.daphne_weight}, the clients' {clients_weight}, the "
-        "worker's, PostgreSQL's, Redis's and the API process's the default"
+        "as deployed: Daphne's process group autogroup nice -10 (ten times a default group's "
+        "share, as agentplat-web.service's CPUWeight), the worker's, PostgreSQL's, Redis's, "
+        "the websocket clients' and the browsers' (the process that asks for the runs) the "
+        "default; the *_equal scenarios: Daphne's the default too"
     )
     return results
 
@@ -647,7 +683,8 @@ def _run(env: Env, *, quick: bool, sessions: int, old: bool) -> dict[str, Any]:
         _wait_runs([r.id for r in runs], 300)
         close_old_connections()
 
-    # The current worker: one process, its run host carries every run.
+    # The current worker: one process, its run host carries every run; Daphne weighted as
+    # deployed, then at equal weights (as a plain ``honcho start`` of the Procfile gives).
     daphne, port = env.daphne()
     worker = env.worker(
         4,
@@ -673,6 +710,12 @@ def _run(env: Env, *, quick: bool, sessions: int, old: bool) -> dict[str, Any]:
             _profile(profile_dir, "start")
             measure(worker, daphne, port, "profiled", sessions, 20)
             _profile(profile_dir, "stop")
+        daphne.stop()
+        daphne, port = env.daphne(equal=True)
+        if "fifty" in only:
+            measure(worker, daphne, port, "fifty_equal", sessions, 20)
+        if "many" in only:
+            measure(worker, daphne, port, "many_equal", many_count, 100)
         stats = profile_dir / "host.pstats"
         if stats.exists():
             RESULTS.mkdir(exist_ok=True)
@@ -750,8 +793,11 @@ def _brief(r: dict[str, Any]) -> str:
         f"{' '.join(f'{v:.2f}' for v in r.get('machine_busy_by_second', []))}; first tokens "
         f"over {r.get('first_token_spread_s', 0):.1f} s; CPU share worker "
         f"{r.get('worker_cpu_share', 0):.2f}, Daphne {r.get('daphne_cpu_share', 0):.2f}, "
-        f"clients {r.get('clients_cpu_share', 0):.2f}; the API process "
-        f"{r.get('api_cpu_ms_per_run', 0):.1f} ms per run started; by command "
+        f"clients {r.get('clients_cpu_share', 0):.2f}; "
+        f"time to the first token p50 {r.get('ttft_p50_ms', float('nan')):.0f} ms, p99 "
+        f"{r.get('ttft_p99_ms', float('nan')):.0f} ms (the API answered in p99 "
+        f"{r.get('api_answer_p99_ms', float('nan')):.0f} ms); CPU ms per run by command "
+        f"{r.get('cpu_ms_per_run_by_command')}; CPU share by command "
         f"{r.get('cpu_share_by_command')}"
     )
 

@@ -14,6 +14,9 @@ import threading
 import time
 from pathlib import Path
 
+import django
+from celery.signals import worker_init
+
 from config.celery import app
 from realtime import events
 
@@ -101,19 +104,26 @@ def _profile_control(loop) -> None:  # noqa: ANN001
         loop.call_soon_threadsafe(start if order == "start" else stop)
 
 
-try:
-    from runs_app import runtime as _runtime
-except ImportError:  # pragma: no cover - an older checkout
-    _runtime = None
+@worker_init.connect
+def _watch_for_profile_orders(**_kwargs: object) -> None:
+    """Once Django is set up (``runs_app.runtime`` imports models): the host's start-up
+    starts the thread that takes the bench's profile orders."""
+    if not _PROFILE_DIR:
+        return
+    django.setup()
+    try:
+        from runs_app import runtime
+    except ImportError:  # pragma: no cover - an older checkout
+        return
+    if not hasattr(runtime, "host_started"):
+        return
+    host_started = runtime.host_started
 
-if _PROFILE_DIR and _runtime is not None and hasattr(_runtime, "host_started"):
-    _host_started = _runtime.host_started
-
-    def _started(loop) -> None:  # noqa: ANN001
-        _host_started(loop)
+    def started(loop) -> None:  # noqa: ANN001
+        host_started(loop)
         threading.Thread(target=_profile_control, args=(loop,), daemon=True).start()
 
-    _runtime.host_started = _started
+    runtime.host_started = started
 
 
 # -- garbage collection pauses, noted for the benchmark (BENCH_GC_LOG) ----------------------
