@@ -1,7 +1,7 @@
 """The chat in a real browser (issue 17, "long sessions stay fast"): the current renderer
-(``static/app.js`` of the working tree) and the previous one (``static/app.js`` of commit
-``329be6d``, which re-renders the whole message list on every event), side by side in the same
-run, against the same server.
+(``static/app.js`` of the working tree, which starts the ``static/chat/`` modules) and the
+previous one (``static/app.js`` of commit ``329be6d``, which re-renders the whole message list
+on every event), side by side in the same run, against the same server.
 
 Services mode (Daphne, one Celery worker process, PostgreSQL, Redis); Debian's Chromium,
 headless, driven by Playwright. Each renderer gets its own browser context, logged in as the

@@ -2,22 +2,17 @@
 // again N times at once, each in a fork with its own worktree (POST …/alternatives/); a view
 // shows them side by side while they stream (a socket per alternative), then each one's
 // changed files and cost; "Keep this one" makes it a branch of this session with its files
-// and the head (POST …/adopt/). app.js hands in what it shares (initAlternatives).
-let ctx = null; // {call, sessionId: () => id, showError, reload: () => void}
+// and the head (POST …/adopt/), and the chat reads its path again.
+import { call, currentSessionId, showError } from "./chat/api.js";
+import { el } from "./chat/dom.js";
+import { scheduleReload } from "./chat/sync.js";
+
 const sockets = [];
 
-export function initAlternatives(shared) {
-  ctx = shared;
+export function initAlternatives() {
   document.addEventListener("keydown", (e) => {
     if (e.key === "Escape" && document.getElementById("alternatives-view")) close();
   });
-}
-
-function el(tag, cls, text) {
-  const node = document.createElement(tag);
-  if (cls) node.className = cls;
-  if (text !== undefined) node.textContent = text;
-  return node;
 }
 
 function btn(label, title, onClick, cls = "secondary small") {
@@ -55,12 +50,12 @@ function ask(m) {
 }
 
 async function begin(m, n) {
-  ctx.showError("");
+  showError("");
   let answer;
   try {
-    answer = await ctx.call("POST", `/api/sessions/${ctx.sessionId()}/alternatives/`, { message_id: m.id, n });
+    answer = await call("POST", `/api/sessions/${currentSessionId()}/alternatives/`, { message_id: m.id, n });
   } catch (err) {
-    ctx.showError(err.message);
+    showError(err.message);
     return;
   }
   open(answer.sessions);
@@ -130,7 +125,7 @@ function column(id, number) {
   };
   ws.onopen = async () => {
     // A fast run may have ended before the socket opened: ask once.
-    const session = await ctx.call("GET", `/api/sessions/${id}/`).catch(() => null);
+    const session = await call("GET", `/api/sessions/${id}/`).catch(() => null);
     if (session && session.status === "idle" && !ended) {
       ended = true;
       done("completed");
@@ -142,7 +137,7 @@ function column(id, number) {
 async function summary(id, parts, paint, files, cost) {
   // The stored answer (whole), the files it changed, and what it cost.
   // Only the alternative's own turn: what follows its last user message.
-  const page = await ctx.call("GET", `/api/sessions/${id}/messages/`).catch(() => null);
+  const page = await call("GET", `/api/sessions/${id}/messages/`).catch(() => null);
   let turn = "";
   if (page) {
     const users = page.results.filter((m) => m.role === "user");
@@ -154,10 +149,10 @@ async function summary(id, parts, paint, files, cost) {
     paint();
   }
   const query = turn ? `?message_id=${encodeURIComponent(turn)}` : "";
-  const diff = await ctx.call("GET", `/api/sessions/${id}/diff/${query}`).catch(() => []);
+  const diff = await call("GET", `/api/sessions/${id}/diff/${query}`).catch(() => []);
   files.replaceChildren(...(diff || []).map((d) => el("li", `change ${d.status}`, `${d.file} +${d.additions} −${d.deletions}`)));
   if (!diff || !diff.length) files.replaceChildren(el("li", "muted", "no files changed"));
-  const session = await ctx.call("GET", `/api/sessions/${id}/`).catch(() => null);
+  const session = await call("GET", `/api/sessions/${id}/`).catch(() => null);
   const usage = (session && session.usage) || {};
   const tokens = (usage.input_tokens || 0) + (usage.output_tokens || 0);
   cost.textContent = `${tokens.toLocaleString()} tokens · $${Number(usage.cost_usd || 0).toFixed(4)}`;
@@ -166,11 +161,11 @@ async function summary(id, parts, paint, files, cost) {
 async function adopt(id, keep) {
   keep.disabled = true;
   try {
-    await ctx.call("POST", `/api/sessions/${ctx.sessionId()}/adopt/`, { session_id: id });
+    await call("POST", `/api/sessions/${currentSessionId()}/adopt/`, { session_id: id });
     close();
-    ctx.reload();
+    scheduleReload(0);
   } catch (err) {
-    ctx.showError(err.message);
+    showError(err.message);
     keep.disabled = false;
   }
 }

@@ -3,13 +3,8 @@
 // scrolls to that message in the conversation and highlights it. Lines from before the
 // session's first snapshot (a clone, an upload) say so. A file blame cannot read (binary,
 // too large, not in the snapshots yet) stays as plain text.
-
-function el(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
+import { api, call, showError } from "./chat/api.js";
+import { el } from "./chat/dom.js";
 
 function label(run) {
   if (!run.message_id) return "before the session";
@@ -25,7 +20,7 @@ function title(run, lines) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-export async function goToMessage(ctx, messageId) {
+export async function goToMessage(messageId) {
   // The message may be on an older page of the conversation: load pages until it shows.
   for (let i = 0; i < 30; i++) {
     const node = document.querySelector(`.msg[data-message-id="${CSS.escape(messageId)}"]`);
@@ -42,11 +37,11 @@ export async function goToMessage(ctx, messageId) {
     older.click();
     await sleep(250);
   }
-  ctx.showError("That message is not in the conversation shown (it may be on another branch).");
+  showError("That message is not in the conversation shown (it may be on another branch).");
   return false;
 }
 
-export async function addBlame(ctx, pre, path, text) {
+export async function addBlame(pre, path, text) {
   // The gutter goes in beside the text without changing it: empty buttons (their labels are
   // drawn by CSS from data-label) in a column laid over the pre's left padding, one per run
   // of lines, as tall as the run; the pre's text stays exactly the file's.
@@ -54,7 +49,7 @@ export async function addBlame(ctx, pre, path, text) {
   const encoded = path.split("/").map(encodeURIComponent).join("/");
   let runs;
   try {
-    runs = await ctx.call("GET", ctx.api(`/blame/${encoded}`));
+    runs = await call("GET", api(`/blame/${encoded}`));
   } catch {
     return false; // too large, or not in the snapshots yet: the plain text stays
   }
@@ -78,7 +73,7 @@ export async function addBlame(ctx, pre, path, text) {
     gutter.setAttribute("aria-label", `${span}: ${label(run)}`);
     if (run.message_id) {
       gutter.type = "button";
-      gutter.addEventListener("click", () => goToMessage(ctx, run.message_id));
+      gutter.addEventListener("click", () => goToMessage(run.message_id));
     }
     column.append(gutter);
   }

@@ -7,7 +7,8 @@
 // with another branch's newest leaf; on any other message, that point with the head. From the
 // lineage panel, a fork, an alternative or the session this one was forked from is compared
 // with this one (`other`: both heads, from the fork point).
-import { ctx, el } from "./panels.js";
+import { api, call } from "./chat/api.js";
+import { el } from "./chat/dom.js";
 
 let dialog = null;
 let shown = null; // {a, b, other} of what the dialog shows
@@ -71,8 +72,8 @@ async function choices(m) {
   // [{label, a, b}]: the other branches at this message's fork (their newest leaves, against
   // the head), else this point against the head.
   const [tree, session] = await Promise.all([
-    ctx.call("GET", ctx.api("/tree/")),
-    ctx.call("GET", ctx.api("/")),
+    call("GET", api("/tree/")),
+    call("GET", api("/")),
   ]);
   const children = new Map();
   for (const t of tree) {
@@ -158,7 +159,7 @@ async function load({ a, b, other, names }) {
   const d = ensureDialog();
   let data;
   try {
-    data = await ctx.call("GET", ctx.api(`/compare/?${query({ a, b, other })}`));
+    data = await call("GET", api(`/compare/?${query({ a, b, other })}`));
   } catch (err) {
     d.querySelector(".compare-sides").replaceChildren(el("p", "error", err.message));
     return;
@@ -235,7 +236,7 @@ async function showFile(path) {
   }
   let data;
   try {
-    data = await ctx.call("GET", ctx.api(`/compare/?${query(shown)}&file=${encodeURIComponent(path)}`));
+    data = await call("GET", api(`/compare/?${query(shown)}&file=${encodeURIComponent(path)}`));
   } catch (err) {
     box.replaceChildren(el("p", "error", err.message));
     return;
@@ -338,7 +339,7 @@ async function applyStep(p, b, onConflict = "refuse") {
   const note = b.parentElement.querySelector(".apply-note") || el("span", "muted apply-note");
   b.parentElement.append(note);
   try {
-    const done = await ctx.call("POST", ctx.api("/apply/"), { part_id: p.id, on_conflict: onConflict });
+    const done = await call("POST", api("/apply/"), { part_id: p.id, on_conflict: onConflict });
     note.textContent = done.conflicts.length
       ? ` applied with conflict markers in ${done.conflicts.join(", ")}`
       : ` applied: ${done.applied.join(", ") || "no file changed"}`;

@@ -1,28 +1,9 @@
 // The chat's side panels: the worktree's files (with a viewer), the changes of the
 // conversation (with their diff), the lineage picture, and the share box of the session menu.
-// They read the session through `ctx`, which the chat sets (and changes when the sidebar
-// switches sessions).
+// They address the session the chat shows through chat/api.js (the sidebar switches it).
 import { addBlame } from "./blame.js";
-
-export const ctx = { api: (path) => path, call: async () => null, showError: () => {} };
-
-export function when(iso) {
-  // The one time format of the chat (the budget line, a refusal, a share's pin): the
-  // browser's locale, with the zone named; the date only when it is not today.
-  const at = new Date(iso);
-  const today = at.toDateString() === new Date().toDateString();
-  return at.toLocaleString(undefined, {
-    ...(today ? {} : { year: "numeric", month: "short", day: "numeric" }),
-    hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short",
-  });
-}
-
-export function el(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
+import { api, call, showError } from "./chat/api.js";
+import { el, when } from "./chat/dom.js";
 
 function viewer(id) {
   // A viewer box: the name of what it shows, a Close button, and the content.
@@ -54,7 +35,7 @@ function clickable(li, action, ...content) {
 }
 
 export async function loadFiles() {
-  const list = await ctx.call("GET", ctx.api("/files/")).catch(() => []);
+  const list = await call("GET", api("/files/")).catch(() => []);
   const ul = document.getElementById("files");
   ul.replaceChildren(...list.map((f) => {
     const li = el("li");
@@ -63,7 +44,7 @@ export async function loadFiles() {
   }));
   if (!list.length) ul.replaceChildren(el("li", "muted empty", "No files yet."));
   // Files the snapshots do not keep (large, ignored, excluded): listed, never silently gone.
-  const left = await ctx.call("GET", ctx.api("/files/?not_kept=1")).catch(() => null);
+  const left = await call("GET", api("/files/?not_kept=1")).catch(() => null);
   if (left && left.count) {
     const li = el("li", "muted not-kept", `Not kept by snapshots (${left.count}): ` +
       left.files.map((f) => `${f.path} (${f.reason})`).join(", ") + (left.count > left.files.length ? " …" : ""));
@@ -75,7 +56,7 @@ export async function loadFiles() {
 }
 
 async function showFile(path) {
-  const url = ctx.api(`/files/${path.split("/").map(encodeURIComponent).join("/")}`);
+  const url = api(`/files/${path.split("/").map(encodeURIComponent).join("/")}`);
   const res = await fetch(url, { credentials: "same-origin" });
   const text = res.ok ? await res.text() : "This file cannot be shown.";
   let shown;
@@ -87,11 +68,11 @@ async function showFile(path) {
   });
   const download = document.getElementById("file-download");
   if (download) download.href = `${url}?download=1`;
-  if (res.ok) addBlame(ctx, shown, path, text); // the gutter: which step wrote each line
+  if (res.ok) addBlame(shown, path, text); // the gutter: which step wrote each line
 }
 
 export async function loadChanges() {
-  const list = await ctx.call("GET", ctx.api("/diff/")).catch(() => []);
+  const list = await call("GET", api("/diff/")).catch(() => []);
   const ul = document.getElementById("changes");
   ul.replaceChildren(...list.map((d) => {
     const li = el("li", "change " + d.status);
@@ -109,7 +90,7 @@ export async function loadChanges() {
 }
 
 async function showDiff(file) {
-  const data = await ctx.call("GET", ctx.api(`/diff/?file=${encodeURIComponent(file)}`)).catch((err) => ({ patch: err.message }));
+  const data = await call("GET", api(`/diff/?file=${encodeURIComponent(file)}`)).catch((err) => ({ patch: err.message }));
   openViewer("diff-view", file, (pre) => {
     pre.replaceChildren(...(data.patch || "(no textual change)").split("\n").map((line) => {
       const cls = line.startsWith("+") && !line.startsWith("+++") ? "add"
@@ -153,8 +134,8 @@ function usageBlock(usage) {
 
 export async function loadLineage() {
   const [data, usage] = await Promise.all([
-    ctx.call("GET", ctx.api("/lineage/")).catch(() => null),
-    ctx.call("GET", ctx.api("/usage/")).catch(() => null),
+    call("GET", api("/lineage/")).catch(() => null),
+    call("GET", api("/usage/")).catch(() => null),
   ]);
   const box = document.getElementById("lineage");
   if (!data) return;
@@ -270,33 +251,33 @@ let shareSeq = 0;
 
 async function shareRequest(method, body) {
   const mine = ++shareSeq;
-  const link = await ctx.call(method, ctx.api("/share/"), body);
+  const link = await call(method, api("/share/"), body);
   return { link, current: mine === shareSeq };
 }
 
 export async function loadShare() {
   const mine = ++shareSeq;
-  const link = await ctx.call("GET", ctx.api("/share/")).catch(() => null);
+  const link = await call("GET", api("/share/")).catch(() => null);
   if (mine === shareSeq) showShare(link);
 }
 
 export function initShare() {
   document.getElementById("share").addEventListener("click", async () => {
-    ctx.showError("");
+    showError("");
     try {
       const include = document.getElementById("share-system-prompt").checked;
       const { link, current } = await shareRequest("POST", { include_system_prompt: include });
       if (!current) return;
       showShare(link);
       document.getElementById("share-url").select();
-    } catch (err) { ctx.showError(err.message); }
+    } catch (err) { showError(err.message); }
   });
   document.getElementById("revoke-share").addEventListener("click", async () => {
-    ctx.showError("");
+    showError("");
     try {
       const { current } = await shareRequest("DELETE");
       if (current) showShare(null);
-    } catch (err) { ctx.showError(err.message); }
+    } catch (err) { showError(err.message); }
   });
   document.getElementById("copy-share").addEventListener("click", async () => {
     const input = document.getElementById("share-url");

@@ -3,7 +3,8 @@
 // conversation and files, conversation only (the files stay), files only (the conversation
 // stays). A files-only rewind leaves no pending revert: a bar says what happened and offers
 // Undo (POST …/unrevert/ puts the files back while nothing else happened since).
-import { ctx, el } from "./panels.js";
+import { api, call, showError } from "./chat/api.js";
+import { el } from "./chat/dom.js";
 
 export const MODES = [
   ["both", "Conversation and files", "Revert the conversation and the files to this point"],
@@ -98,12 +99,12 @@ export function showFilesRewound(session, { onUndone } = {}) {
   undo.id = "undo-files-rewind";
   undo.type = "button";
   undo.addEventListener("click", async () => {
-    ctx.showError("");
+    showError("");
     try {
-      const next = await ctx.call("POST", ctx.api("/unrevert/"), {});
+      const next = await call("POST", api("/unrevert/"), {});
       hideFilesRewound();
       if (onUndone) onUndone(next);
-    } catch (err) { ctx.showError(err.message); }
+    } catch (err) { showError(err.message); }
   });
   const close = el("button", "secondary", "Dismiss");
   close.type = "button";

@@ -1,6 +1,6 @@
 // The session list beside the chat: search, a new session, and switching sessions in place
 // (the chat swaps its socket and state; the page is not reloaded).
-import { el } from "./panels.js";
+import { el } from "./chat/dom.js";
 import { closeDrawers } from "./drawers.js";
 
 let app = null; // {call, showError, open(id), current()}

@@ -4,12 +4,13 @@ only once the first has been parsed (a round trip more before the first message 
 
 from __future__ import annotations
 
+import posixpath
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 STATIC = ROOT / "static"
-IMPORT = re.compile(r"""^\s*import\b[^;]*?\bfrom\s+["'](\./[^"']+)["']""", re.M | re.S)
+IMPORT = re.compile(r"""^\s*import\b[^;]*?\bfrom\s+["'](\.\.?/[^"']+)["']""", re.M | re.S)
 PRELOAD = re.compile(r"""rel="modulepreload" href="\{% static '([^']+)' %\}\"""")
 
 
@@ -26,7 +27,7 @@ def graph(entry: str) -> set[str]:
             continue
         base = Path(name).parent
         for target in IMPORT.findall(path.read_text()):
-            todo.append(str((base / target).as_posix()).removeprefix("./"))
+            todo.append(posixpath.normpath((base / target).as_posix()))
     return {str(Path(n).as_posix()) for n in seen}
 
 

@@ -12,7 +12,7 @@ the database and the worktrees:
 * no message or part twice (a part's order in its message, a call id in its run, a run's
   input, two messages of one run on one parent);
 * every worktree equal to the last snapshot its session's path records;
-* what each websocket client (a model of the chat in ``static/app.js``) was last shown for
+* what each websocket client (a model of the chat in ``static/chat/``) was last shown for
   a message equals what a reload of the messages returns.
 
 ``run_chaos(ChaosConfig(...))`` starts everything (Daphne, the workers and a private
@@ -501,17 +501,17 @@ def side_effect_of(tool: str, args: Any) -> tuple[str, str] | None:
 
 
 # -- the websocket clients -------------------------------------------------------------------------
-QUIET_SECONDS = 10.0  # static/app.js: QUIET_MS
+QUIET_SECONDS = 10.0  # static/chat/sync.js: QUIET_MS
 
 
 class ChatModel:
-    """What the chat (``static/app.js``) shows of one session: subscribe, load the path over
+    """What the chat (``static/chat/``) shows of one session: subscribe, load the path over
     the API, apply the events (a delta past what it has refetches, one behind it is dropped;
     a message that does not extend the path reloads); a dropped socket is opened again and
     the path loaded again. Where events carry ``prev`` (the ``seq`` of the session's event
     before them), one whose ``prev`` is not the last ``seq`` applied means events were
     missed: the stored state is read again (a resync); and when a run ends the chat reads
-    exactly what the database holds (a final resync), as ``static/app.js`` does."""
+    exactly what the database holds (a final resync), as ``static/chat/sync.js`` does."""
 
     def __init__(
         self, host: str, token: str, session_id: str, stats: Counter, clock: Callable[[], float]
@@ -573,7 +573,7 @@ class ChatModel:
         session.raise_for_status()
         fresh = session.json()
         live = ("busy", "waiting")
-        # No run holds the session: what it stored is all there is (as static/app.js).
+        # No run holds the session: what it stored is all there is (as static/chat/sync.js).
         exact = final or fresh["status"] not in live
         self.status = fresh["status"]
         self._load(merge=not exact)

@@ -1,0 +1,346 @@
+// A message's moves and what they do: the branch switcher ‹ n/m ›, Edit (and resend), Fork,
+// Continue from here, Regenerate, Download files, Compare, Alternatives, and ↺ revert to
+// here with its rewind modes (rewind.js); the bars they leave (continuing, reverted).
+import { alternativesButton } from "../alternatives.js";
+import { compareButton } from "../compare.js";
+import { loadChanges, loadFiles } from "../panels.js";
+import { hideFilesRewound, showFilesRewound, withRewindModes } from "../rewind.js";
+import { roving } from "../roving.js";
+import { api, call, showError } from "./api.js";
+import { button, el } from "./dom.js";
+import {
+  checkpointOf, childrenOf, currentSession, currentStatus, getMessage, getPart, lastAnswerId,
+  onForget, pathIds, textOf,
+} from "./store.js";
+import { render, showSession } from "./render.js";
+import { loadMessages, loadTree } from "./sync.js";
+import { notice } from "./controls.js";
+
+let continueFrom = null; // {run_id, index, message_id} while "continue from here" is armed
+const editing = new Map(); // user message id -> the text being edited
+let revertPrompt = null; // what a revert put into the prompt box (an unrevert takes it out)
+let regenerating = null; // {runId, before: text} while a regenerate is asked for
+
+export function isEditing(id) { return editing.has(id); }
+export function continuingFrom() { return continueFrom; }
+export function isRegenerating() { return regenerating !== null; }
+
+export function forgetMoves() {
+  // Another session opens in place: no move of this one stays armed.
+  continueFrom = null;
+  editing.clear();
+  revertPrompt = null;
+}
+
+export function forgetRevertPrompt() {
+  revertPrompt = null; // the prompt was sent: it confirmed the revert
+}
+
+const actionBars = new Map(); // message id -> {key, node}: kept while the moves are the same
+onForget((kind, id) => {
+  if (kind === "all") actionBars.clear();
+  else if (kind === "message") actionBars.delete(id);
+});
+
+export function forgetActionBar(id) {
+  actionBars.delete(id);
+}
+
+export function messageActions(m, isLastAnswer) {
+  // The message's moves. They float over the bubble's lower edge on hover or keyboard focus
+  // (no empty strip in every bubble); on a touch screen a tap on the bubble shows them. The
+  // branch switcher, which says where the reader is, always shows. A bar whose moves did not
+  // change is kept, so a button that has the keyboard's focus keeps it.
+  const siblings = childrenOf(m.parent_id);
+  const point = checkpointOf(m.id);
+  const idle = currentStatus() !== "busy" && currentStatus() !== "waiting";
+  const key = [siblings.join(","), point ? `${point.run_id}:${point.index}:${point.run_status}` : "",
+    idle, isLastAnswer, editing.has(m.id)].join("|");
+  const known = actionBars.get(m.id);
+  if (known && known.key === key) return known.node;
+  const bar = el("div", "actions");
+  actionBars.set(m.id, { key, node: bar });
+  if (siblings.length > 1) {
+    const at = siblings.indexOf(m.id);
+    const nav = el("span", "branches");
+    const prev = button("‹", "Previous branch", () => switchHead(siblings[at - 1]), "nav prev");
+    prev.disabled = at <= 0;
+    const next = button("›", "Next branch", () => switchHead(siblings[at + 1]), "nav next");
+    next.disabled = at >= siblings.length - 1;
+    nav.append(prev, el("span", "count", `${at + 1}/${siblings.length}`), next, compareButton(m, "nav compare"));
+    bar.append(nav);
+    bar.classList.add("has-branches");
+  }
+  const moves = el("span", "moves");
+  if (m.role === "user" && point && idle && !editing.has(m.id)) {
+    moves.append(button("Edit", "Edit", () => startEdit(m), "act edit"));
+  }
+  if (m.role === "user" && point && idle && !m.partIds.some((id) => getPart(id)?.source)) {
+    moves.append(alternativesButton(m));
+  }
+  if (point && idle) {
+    moves.append(button("Fork from here", "Fork the session (chat and files) at this message", () => forkAt(m.id), "act fork-here"));
+    moves.append(button("Continue from here", "Ask a new question from this point, as a new branch", () => armContinue(point, m.id), "act continue-here"));
+    if (isLastAnswer && point.run_status !== "running" && point.run_status !== "pending") {
+      moves.append(button("Regenerate", "Answer again from here (tools are not run again)", () => regenerate(point.run_id, m.id), "act regenerate"));
+    }
+  }
+  if (point) {
+    // A read: offered while a run works too (the files as recorded at this message).
+    const files = el("a", "act download-here", "Download files");
+    files.href = api(`/archive/?message_id=${encodeURIComponent(m.id)}`);
+    files.setAttribute("download", "");
+    files.title = "The files at this message, as a .zip";
+    files.setAttribute("aria-label", "Download files: the files at this message, as a .zip");
+    moves.append(files);
+  }
+  moves.append(compareButton(m));
+  moves.append(revertButton(m.id));
+  bar.append(moves);
+  // One tab stop for the whole bar; the arrow keys go from move to move.
+  return roving(bar, m.role === "user" ? "Moves of your message" : "Moves of the answer");
+}
+
+export function initMoves() {
+  // On a touch screen (no hover), a tap on a bubble shows its moves; a tap elsewhere hides them.
+  document.getElementById("messages").addEventListener("click", (e) => {
+    if (e.target.closest("button, a, input, textarea, summary, select")) return;
+    const msg = e.target.closest(".msg");
+    for (const open of document.querySelectorAll(".msg.touched")) if (open !== msg) open.classList.remove("touched");
+    if (msg) msg.classList.toggle("touched");
+  });
+}
+
+// -- edit and resend -----------------------------------------------------------------------
+function startEdit(m) {
+  editing.set(m.id, textOf(m));
+  render();
+  requestAnimationFrame(() => {
+    const box = document.querySelector(`[data-message-id="${m.id}"] textarea.edit-text`);
+    if (box) { box.focus(); box.setSelectionRange(box.value.length, box.value.length); }
+  });
+}
+
+export function editForm(m) {
+  const form = el("form", "edit-form");
+  const text = el("textarea", "edit-text");
+  text.rows = Math.min(12, Math.max(2, (editing.get(m.id) || "").split("\n").length));
+  text.value = editing.get(m.id) || "";
+  text.setAttribute("aria-label", "Edited message");
+  text.addEventListener("input", () => editing.set(m.id, text.value));
+  text.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) form.requestSubmit();
+    if (e.key === "Escape") { editing.delete(m.id); render(); }
+  });
+  const row = el("div", "row");
+  const send = el("button", "", "Send");
+  send.type = "submit";
+  send.setAttribute("aria-label", "Send the edited message");
+  row.append(send, button("Cancel", "Cancel the edit", () => { editing.delete(m.id); render(); }, "secondary"));
+  form.append(text, el("p", "muted", "Sending starts a new branch from here; this one stays (‹ ›)."), row);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const value = text.value.trim();
+    if (!value) return;
+    const point = checkpointOf(m.id);
+    if (!point) return showError("This message cannot be edited yet; try again in a moment.");
+    showError("");
+    try {
+      // The edited text hangs from the message's parent: the run's transcript up to just
+      // before it (a user message is one entry), the files put back as they were there.
+      await call("POST", `/api/runs/${point.run_id}/continue/`, { continue_from: point.index - 1, input: value });
+      editing.delete(m.id);
+      render();
+    } catch (err) { showError(err.message); }
+  });
+  return form;
+}
+
+// -- branches ------------------------------------------------------------------------------
+export function laterBranch() {
+  // After a rollback (or a branch switch to an earlier point) the head has children:
+  // offer to go back to them.
+  const session = currentSession();
+  const order = pathIds();
+  const head = session ? session.head_message_id : null;
+  if (order.length && order[order.length - 1] !== head) return null;
+  const below = childrenOf(head);
+  if (!below.length) return null;
+  const box = el("div", "later");
+  box.append(el("span", "muted", `${below.length} later branch${below.length > 1 ? "es" : ""} after this point`));
+  box.append(button("Show the later turns", "Switch to the newest later branch", () => switchHead(below[below.length - 1]), "secondary restore-branch"));
+  return box;
+}
+
+async function switchHead(messageId) {
+  showError("");
+  try {
+    showSession(await call("POST", api("/head/"), { message_id: messageId }));
+    await loadMessages(false);
+    await loadTree();
+    render();
+    loadFiles();
+    loadChanges();
+  } catch (err) { showError(err.message); }
+}
+
+export async function forkAt(messageId) {
+  showError("");
+  try {
+    const fork = await call("POST", api("/fork/"), messageId ? { message_id: messageId } : {});
+    location.href = `/sessions/${fork.id}/`;
+  } catch (err) { showError(err.message); }
+}
+
+function armContinue(point, messageId) {
+  continueFrom = { run_id: point.run_id, index: point.index, message_id: messageId };
+  renderContinueBar();
+  document.getElementById("prompt").focus();
+}
+
+export function stopContinuing() {
+  continueFrom = null;
+  renderContinueBar();
+}
+
+export function renderContinueBar() {
+  const bar = document.getElementById("continue-bar");
+  bar.hidden = !continueFrom;
+  if (!continueFrom) { bar.dataset.key = ""; return; }
+  if (bar.dataset.key === continueFrom.message_id) return;
+  bar.dataset.key = continueFrom.message_id;
+  const m = getMessage(continueFrom.message_id);
+  let text = textOf(m).replace(/\s+/g, " ").trim();
+  if (!text && m) {
+    const tool = m.partIds.map((id) => getPart(id)).find((p) => p && p.type === "tool");
+    text = tool ? `${tool.tool} ${tool.state?.input?.path ?? tool.state?.input?.command ?? ""}`.trim() : "";
+  }
+  const who = m?.role === "user" ? "your message" : "the answer";
+  const quote = text ? `“${text.length > 80 ? text.slice(0, 79) + "…" : text}”` : "";
+  bar.replaceChildren(
+    el("span", "", `Continuing after ${who} ${quote} — your message starts a new branch.`),
+    button("Cancel", "Stop continuing from that point", stopContinuing, "secondary"),
+  );
+}
+
+async function regenerate(runId, messageId) {
+  showError("");
+  notice("Regenerating…");
+  regenerating = { runId, before: textOf(getMessage(messageId)) };
+  try {
+    await call("POST", `/api/runs/${runId}/regenerate/`, {});
+  } catch (err) {
+    regenerating = null;
+    notice("");
+    showError(err.message);
+  }
+}
+
+export function regenerateOutcome(runId) {
+  // Say what came of it: a new answer equal to the old one would otherwise look like nothing.
+  // The switcher ‹ › is named only where it is shown (the earlier answer is kept beside the
+  // new one); a regenerate that replaces the answer has none.
+  if (!regenerating) return;
+  const now = textOf(getMessage(lastAnswerId()));
+  const same = now === regenerating.before;
+  regenerating = null;
+  const first = getMessage(pathIds().find((id) => getMessage(id)?.run_id === runId));
+  const both = childrenOf(first?.parent_id).length > 1;
+  if (same) notice(`Regenerated: the same answer again${both ? " (‹ › switches between the two)" : ""}.`);
+  else notice(both ? "Regenerated: a new answer (‹ › shows the earlier one)." : "Regenerated: a new answer in place of the earlier one.");
+}
+
+// -- revert ----------------------------------------------------------------------------------
+export function revertButton(messageId, partId) {
+  const b = el("button", "revert-here act", "↺ revert to here");
+  b.type = "button";
+  b.title = "Revert the conversation and the files to this point";
+  b.setAttribute("aria-label", partId ? "Revert to this tool call" : "Revert to here");
+  b.addEventListener("click", () => doRevert(messageId, partId));
+  return withRewindModes(b, (mode) => doRevert(messageId, partId, mode), `${messageId}:${partId || ""}`);
+}
+
+async function doRevert(messageId, partId, mode = "both") {
+  showError("");
+  try {
+    const body = { message_id: messageId };
+    if (partId) body.part_id = partId;
+    if (mode !== "both") body.mode = mode; // conversation | files (rewind.js)
+    showSession(await call("POST", api("/revert/"), body));
+    hideFilesRewound();
+    if (mode === "files") {
+      // The conversation stays; the files went back. Undo is an unrevert (rewind.js).
+      showFilesRewound(currentSession(), { onUndone: (next) => { showSession(next); render(); loadFiles(); loadChanges(); } });
+      render();
+      loadFiles();
+      loadChanges();
+      return;
+    }
+    const session = currentSession();
+    const boundary = getMessage(session.revert.message_id);
+    if (boundary && boundary.role === "user" && !session.revert.part_id) {
+      // Sending it again confirms the revert; an unrevert takes it out again.
+      revertPrompt = textOf(boundary);
+      document.getElementById("prompt").value = revertPrompt;
+    }
+    render();
+    loadFiles();
+    loadChanges();
+  } catch (err) { showError(err.message); }
+}
+
+export function clearRevertPrompt() {
+  const prompt = document.getElementById("prompt");
+  if (revertPrompt !== null && prompt.value === revertPrompt) prompt.value = "";
+  revertPrompt = null;
+}
+
+async function revertMove(path) {
+  showError("");
+  try {
+    showSession(await call("POST", api(path), {}));
+    if (path === "/unrevert/") clearRevertPrompt();
+    else revertPrompt = null;
+    if (path === "/cleanup/") await loadMessages(false);
+    render();
+    loadFiles();
+    loadChanges();
+  } catch (err) { showError(err.message); }
+}
+
+export function renderRevertBar() {
+  const bar = document.getElementById("revert-bar");
+  const session = currentSession();
+  const r = session && session.revert;
+  bar.hidden = !r;
+  if (!r) return;
+  if (bar.dataset.key === JSON.stringify(r)) return;
+  bar.dataset.key = JSON.stringify(r);
+  const changes = r.changes || [];
+  const list = el("ul", "changes");
+  for (const c of changes) {
+    const li = el("li", "change " + c.status);
+    li.append(el("code", "", c.file), el("span", "muted", `${c.status}${c.binary ? " (binary)" : ""} +${c.additions} −${c.deletions}`));
+    list.append(li);
+  }
+  const head = el("div", "bar-head");
+  const kept = r.mode === "conversation" && !changes.length;
+  head.append(el("strong", "", kept ? "Reverted (conversation only)" : "Reverted"), el("span", "muted", kept
+    ? "the files are left as they are — send a message to confirm"
+    : `${changes.length} file(s) restored — send a message to confirm`));
+  const left = r.not_kept && r.not_kept.count;
+  const leftAlone = left
+    ? el("p", "muted not-kept", `${left} file(s) the snapshots do not keep were left as they are: ` +
+      r.not_kept.files.map((f) => `${f.path} (${f.reason})`).join(", ") + (left > r.not_kept.files.length ? " …" : ""))
+    : null;
+  const undo = el("button", "secondary", "Unrevert");
+  undo.id = "unrevert";
+  undo.type = "button";
+  undo.addEventListener("click", () => revertMove("/unrevert/"));
+  const confirm = el("button", "", "Confirm");
+  confirm.id = "confirm-revert";
+  confirm.type = "button";
+  confirm.addEventListener("click", () => revertMove("/cleanup/"));
+  head.append(undo, confirm);
+  bar.replaceChildren(...[head, list, leftAlone].filter(Boolean));
+}
