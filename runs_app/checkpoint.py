@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -102,6 +103,8 @@ class Checkpointer:
         self._new_ids: set[str] = set()
         self._dirty: dict[object, set[str]] = defaultdict(set)
         self._head: str | None = None
+        # When the last flush wrote the head: the session's ``updated_at`` as stored.
+        self.head_stamped: datetime | None = None
         # One usage row per model call, written with its message (its ``tokens``).
         self._usage: list[UsageRecord] = []
         self.writes = 0
@@ -191,8 +194,9 @@ class Checkpointer:
             if head:
                 # The session row first (lock order: sessions_app/services/lock.py), then the
                 # run's fence, then the rows.
+                self.head_stamped = timezone.now()
                 Session.objects.filter(id=self.session_id).update(
-                    head_id=head, updated_at=timezone.now()
+                    head_id=head, updated_at=self.head_stamped
                 )
             self.fence()
             if new_messages:

@@ -327,7 +327,10 @@ def _add_usage(locked: Session, added: dict | None) -> None:
     (``locked`` follows)."""
     if added:
         locked.usage = models_catalog.add_usage(locked.usage or {}, added)
-        Session.objects.filter(id=locked.id).update(usage=locked.usage)
+        locked.updated_at = timezone.now()
+        Session.objects.filter(id=locked.id).update(
+            usage=locked.usage, updated_at=locked.updated_at
+        )
 
 
 def finish(run: Run, status: str, *, epoch: int, usage_added: dict | None = None) -> None:

@@ -101,9 +101,6 @@ class StartPhase(LoopState):
                 self.snap.checkout(before, self.snap.patch(files, before))
             raise
         self.session.head_id = self.head_id
-        # As new as the head just written: the chat sets aside a session older than the one
-        # it holds (a late event), so this one must not look older than it is.
-        self.session.updated_at = timezone.now()
         # The path is another one now, and the files maybe too: the summary follows both.
         summary = self.store_summary(files if before else self.snap.track())
         for message in written:
@@ -125,11 +122,16 @@ class StartPhase(LoopState):
                 message.completed_at = message.created_at
                 self.new_part(message, Part.Type.TEXT, text=str(item.get("content", "")))
                 written.append(message)
+            stamp = timezone.now()
             if not written:
                 Session.objects.filter(id=self.session.id).update(
-                    head_id=parent, updated_at=timezone.now()
+                    head_id=parent, updated_at=stamp
                 )
             self.writer.flush()
+            # The session published next carries the ``updated_at`` stored with this head:
+            # the chat sets aside a session older than the one it holds (a late event), so
+            # it must look neither older nor newer than it is.
+            self.session.updated_at = (self.writer.head_stamped if written else None) or stamp
             branch["applied"] = True
             fields: dict[str, Any] = {"branch": branch}
             if written and self.run.input_message_id is None:

@@ -150,13 +150,20 @@ def hand_over(
     """Release ``run_id``'s lock, to ``next_run_id`` when one waits. Call in a transaction
     that holds the session row (``select_for_update``), so an enqueue cannot slip between
     the check for waiting runs and the release; ``locked``, that row, follows the change."""
+    # ``updated_at`` too: the session published after this is a newer version of it (the
+    # chat sets aside a ``session.updated`` older than the one it holds).
     if next_run_id:
-        values = {"busy_run_id": next_run_id, "lease_expires_at": _lease_end()}
+        values = {
+            "busy_run_id": next_run_id,
+            "lease_expires_at": _lease_end(),
+            "updated_at": timezone.now(),
+        }
     else:
         values = {
             "busy_run_id": None,
             "lease_expires_at": None,
             "status": Session.Status.IDLE,
+            "updated_at": timezone.now(),
         }
     if not Session.objects.filter(id=session_id, busy_run_id=run_id).update(**values):
         return False

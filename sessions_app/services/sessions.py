@@ -111,7 +111,7 @@ def rename_session(*, session: Session, title) -> Session:  # noqa: ANN001
         raise InvalidInput("title must be a non-empty string.")
     if len(title) > 200:
         raise InvalidInput("title must be at most 200 characters.")
-    Session.objects.filter(id=session.id).update(title=title.strip())
+    Session.objects.filter(id=session.id).update(title=title.strip(), updated_at=timezone.now())
     session.refresh_from_db()
     events.publish_on_commit(session.id, events.SESSION_UPDATED, session=session_data(session))
     return session

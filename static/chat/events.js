@@ -18,6 +18,7 @@ import { loadChanges, loadFiles, loadLineage } from "../panels.js";
 import { showPrepare } from "../repository.js";
 
 const endedRuns = new Set(); // runs whose end this tab saw (their late "busy" is stale)
+const ENDED_KEPT = 100;
 
 export function handle(ev) {
   noteSeq(ev);
@@ -100,6 +101,9 @@ function runUpdated(ev) {
   if (ev.run.status === "error" && ev.run.error) showRunError(ev.run.error.message);
   if (["completed", "cancelled", "error"].includes(ev.run.status)) {
     endedRuns.add(ev.run.id);
+    // The last few are enough (a late event is late by seconds): a tab left open for days
+    // does not keep every run it saw end. A Set iterates in insertion order.
+    if (endedRuns.size > ENDED_KEPT) endedRuns.delete(endedRuns.values().next().value);
     // Everything the run stored is committed before this event: show exactly that.
     scheduleResync(true, 0);
     refreshTree();

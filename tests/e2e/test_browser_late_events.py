@@ -15,12 +15,29 @@ from .ui import BADGE_IDLE, LAST_ASSISTANT_TEXT, login, new_session, send, wait_
 
 pytestmark = pytest.mark.timeout(180)
 
+# The page's sockets count each frame once its handlers have run (the chat handles a frame
+# synchronously in ``onmessage``; a task queued from a listener runs after all of them).
+COUNT_HANDLED = """
+(() => {
+  const Native = window.WebSocket;
+  window.__framesHandled = 0;
+  window.WebSocket = class extends Native {
+    constructor(...args) {
+      super(...args);
+      this.addEventListener("message", () => setTimeout(() => { window.__framesHandled += 1; }));
+    }
+  };
+})();
+"""
+
 
 class HeldBack:
     """The session's socket, with the server's frames that ``hold`` picks kept from the page
     until ``release``; every other frame passes. ``passed`` lists the events let through.
     Events are numbered again in the order the page gets them (``seq``, ``prev``), as the
-    server numbers them when it sends them: a late event is then no gap the chat could see."""
+    server numbers them when it sends them: a late event is then no gap the chat could see.
+    ``handled`` waits until the page has handled every frame sent to it (its socket counts
+    them once their handlers ran)."""
 
     def __init__(self, page) -> None:  # noqa: ANN001
         self.hold: Callable[[dict], bool] = lambda event: False
@@ -29,6 +46,8 @@ class HeldBack:
         self.page = page
         self.route = None
         self.last_seq: int | None = None
+        self.sent = 0
+        page.add_init_script(COUNT_HANDLED)
         page.route_web_socket("**/ws/sessions/**", self._routed)
 
     def _routed(self, route) -> None:  # noqa: ANN001
@@ -49,6 +68,7 @@ class HeldBack:
             event = {**event, "prev": self.last_seq, "seq": self.last_seq + 1}
         if "seq" in event:
             self.last_seq = event["seq"]
+        self.sent += 1
         route.send(json.dumps(event))
 
     def wait_for(self, what: Callable[[dict], bool], timeout: float = 30) -> None:
@@ -64,6 +84,9 @@ class HeldBack:
             self._send(self.route, json.loads(frame))
         self.held.clear()
 
+    def handled(self) -> None:
+        self.page.wait_for_function(f"() => window.__framesHandled >= {self.sent}")
+
 
 def test_a_busy_status_that_comes_after_its_run_ended_leaves_the_badge_idle(page, server):
     sockets = HeldBack(page)
@@ -77,7 +100,7 @@ def test_a_busy_status_that_comes_after_its_run_ended_leaves_the_badge_idle(page
     sockets.wait_for(lambda e: e.get("type") == "run.updated" and e["run"]["status"] == "completed")
     sockets.wait_for(lambda e: e.get("type") == "session.status" and e.get("status") == "idle")
     sockets.release()
-    page.wait_for_timeout(1500)  # the late frame is handled by now
+    sockets.handled()  # the late frames too
     assert page.evaluate(BADGE_IDLE), "a run known ended holds nothing"
     # The chat still takes a run's "busy" when it comes in time.
     send(page, "wait 1\nsay next")
@@ -107,6 +130,6 @@ def test_a_session_event_older_than_a_revert_does_not_take_the_revert_back(page,
     page.wait_for_selector("#revert-bar:not([hidden])")
     assert page.input_value("#prompt") == "write b.txt B1"
     sockets.release()
-    page.wait_for_timeout(1500)  # the late frame is handled by now
+    sockets.handled()  # the late frames too
     assert page.locator("#revert-bar").is_visible(), "the revert stands"
     assert page.input_value("#prompt") == "write b.txt B1", "the revert's prompt stays"
