@@ -10,11 +10,43 @@ from unittest import mock
 import pytest
 from django.contrib.auth.models import User
 from django.db.backends.utils import CursorWrapper
+from django.test import TransactionTestCase
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from runs_app.host import host
 from runs_app.models import Run
+from tests.support import fast_db
+
+# A transactional test ends by deleting the rows it left, not by Django's TRUNCATE of every
+# table and the content types made again (tests/support/fast_db.py).
+TransactionTestCase._fixture_teardown = fast_db.empty_tables
+
+
+# The files that take longest, each on one process (``--dist loadfile``): they are handed
+# out first, so that the suite does not end waiting on one of them while the other process
+# idles. The rest follow in their order; the servers' files (tests/e2e/) before the others,
+# whose many short tests fill the gaps at the end.
+LONGEST_FIRST = (
+    "tests/e2e/test_chaos.py",
+    "tests/e2e/test_crash.py",
+    "tests/e2e/test_waits.py",
+    "tests/e2e/test_many_runs.py",
+    "tests/test_compaction.py",
+    "tests/e2e/test_browser_restart.py",
+    "tests/e2e/test_db_fault.py",
+)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def weight(item: pytest.Item) -> tuple[int, int]:
+        path = item.nodeid.split("::", 1)[0]
+        if path in LONGEST_FIRST:
+            return (0, LONGEST_FIRST.index(path))
+        return (1 if path.startswith("tests/e2e/") else 2, 0)
+
+    items.sort(key=weight)  # stable: each file's tests keep their order
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -40,6 +72,7 @@ def _workspace(settings, tmp_path):
     settings.WORKSPACE_ROOT = tmp_path / "workspaces"
     settings.SCRIPTED_DEFAULT_PACE_MS = 0
     settings.RUN_EXECUTOR = "thread"
+    settings.PASSWORD_HASHERS = ["tests.support.fast_db.FastPBKDF2PasswordHasher"]
     return settings.WORKSPACE_ROOT
 
 

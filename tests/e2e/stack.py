@@ -13,6 +13,8 @@ from pathlib import Path
 
 import httpx
 
+from tests.support import db_templates
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -245,9 +247,10 @@ class ServicesServer:
     def start(self) -> ServicesServer:
         if self.redis is not None:
             self.redis.start()
-        self._admin_sql(f'CREATE DATABASE "{self.db_name}"')
-        self.manage("migrate", "-v0")
-        self.manage("ensure_demo_user")
+        # Migrated, with the demo user: a copy of the suite's template (db_templates.py).
+        db_templates.create_postgres(
+            self.admin_url, self.db_name, self.env, self.env["DATABASE_URL"]
+        )
         self.url = "http://" + self.procs.daphne(self.env, self.tmp)
         self.procs.worker(self.env, self.tmp)
         return self

@@ -11,6 +11,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tests.support import db_templates
+
 ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
@@ -60,8 +62,9 @@ class EmbeddedServer:
         )
 
     def start(self, timeout: float = 30.0) -> EmbeddedServer:
-        self.manage("migrate", "-v0")
-        self.manage("ensure_demo_user")
+        # Migrated, with the demo user: a copy of the suite's template (db_templates.py).
+        database = self.env["DATABASE_URL"].removeprefix("sqlite:///")
+        db_templates.create_sqlite(Path(database), self.env)
         log = open(self.log_path, "wb")  # noqa: SIM115 - closed with the process
         self.proc = subprocess.Popen(
             [
