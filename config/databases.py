@@ -20,6 +20,7 @@ def database_from_url(url: str) -> dict:
         idle = int(os.environ.get("DB_IDLE_IN_TRANSACTION_SECONDS", "20"))
         if idle > 0 and "options" not in options:
             options["options"] = f"-c idle_in_transaction_session_timeout={idle * 1000}"
+        pooled = _pool()
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parsed.path.lstrip("/")) or "postgres",
@@ -28,11 +29,33 @@ def database_from_url(url: str) -> dict:
             "HOST": parsed.hostname or "",
             "PORT": str(parsed.port or ""),
             "CONN_MAX_AGE": 0,
-            "OPTIONS": options,
+            # A pooled connection is checked (one round trip) before it is handed out: one
+            # that PostgreSQL ended meanwhile (a restart, a terminated backend) is replaced.
+            "CONN_HEALTH_CHECKS": bool(pooled),
+            "OPTIONS": {**options, **({"pool": pooled} if pooled else {})},
         }
     if parsed.scheme == "sqlite":
         return sqlite(Path(unquote(parsed.path)) if parsed.path else BASE_DIR / "var/db.sqlite3")
     raise ValueError(f"Unsupported DATABASE_URL scheme: {parsed.scheme!r}")
+
+
+def _pool() -> dict | None:
+    """Django's pool of PostgreSQL connections (psycopg_pool), per process, shared by its
+    threads: a request or a run's thread takes one and gives it back when Django closes it,
+    instead of a new connection (a new PostgreSQL backend, ~9 ms of CPU) for every request
+    (Django's advice under ASGI, where persistent connections do not apply). At most
+    ``DB_POOL_MAX_SIZE`` connections a process; a thread waits up to ``DB_POOL_TIMEOUT_SECONDS``
+    for one when all are in use. ``DB_POOL_MAX_SIZE=0``: a connection of its own each time."""
+    size = int(os.environ.get("DB_POOL_MAX_SIZE", "40"))
+    if size <= 0:
+        return None
+    return {
+        "min_size": 1,
+        "max_size": size,
+        "timeout": float(os.environ.get("DB_POOL_TIMEOUT_SECONDS", "30")),
+        # Idle connections above the minimum are closed after a minute.
+        "max_idle": 60.0,
+    }
 
 
 def sqlite(path: Path) -> dict:

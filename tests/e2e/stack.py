@@ -251,8 +251,9 @@ class ServicesServer:
         db_templates.create_postgres(
             self.admin_url, self.db_name, self.env, self.env["DATABASE_URL"]
         )
-        self.url = "http://" + self.procs.daphne(self.env, self.tmp)
+        # The worker first: it starts (seconds of imports) while Daphne is waited for.
         self.procs.worker(self.env, self.tmp)
+        self.url = "http://" + self.procs.daphne(self.env, self.tmp)
         return self
 
     def logs(self) -> str:
