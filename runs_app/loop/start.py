@@ -124,9 +124,7 @@ class StartPhase(LoopState):
                 written.append(message)
             stamp = timezone.now()
             if not written:
-                Session.objects.filter(id=self.session.id).update(
-                    head_id=parent, updated_at=stamp
-                )
+                Session.objects.filter(id=self.session.id).update(head_id=parent, updated_at=stamp)
             self.writer.flush()
             # The session published next carries the ``updated_at`` stored with this head:
             # the chat sets aside a session older than the one it holds (a late event), so
