@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 
 from tests.support import db_templates
+from tests.support.db_templates import manage
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -57,20 +58,6 @@ def base_env(**overrides: str | None) -> dict[str, str]:
         else:
             env[key] = value
     return env
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    proc = subprocess.run(
-        [str(BIN / "python"), "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stdout + proc.stderr)
-    return proc.stdout
 
 
 class Processes:

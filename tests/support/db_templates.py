@@ -36,18 +36,24 @@ def digest() -> str:
     return h.hexdigest()[:16]
 
 
+def manage(env: dict[str, str], *args: str, timeout: float = 120) -> str:
+    """``manage.py`` with ``args`` in ``env``: its output, or RuntimeError saying why not."""
+    proc = subprocess.run(
+        [str(BIN / "python"), "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stdout + proc.stderr)
+    return proc.stdout
+
+
 def _prepare(env: dict[str, str]) -> None:
-    for args in (("migrate", "-v0"), ("ensure_demo_user",)):
-        proc = subprocess.run(
-            [str(BIN / "python"), "manage.py", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(proc.stdout + proc.stderr)
+    manage(env, "migrate", "-v0", timeout=300)
+    manage(env, "ensure_demo_user")
 
 
 def create_postgres(admin_url: str, name: str, env: dict[str, str], database_url: str) -> None:
