@@ -65,8 +65,9 @@ SLOT_SLACK_SECONDS = 60.0  # a slot outlives its wait's deadline by this much at
 
 # -- the database, in turns and briefly -------------------------------------------------------
 def close_connections() -> None:
-    """Give back this thread's database connections (closed) now rather than at the end of
-    the request, unless a transaction holds one (a test's)."""
+    """Give back this thread's database connections now (to the process's pool, or closed
+    where there is none) rather than at the end of the request, unless a transaction holds
+    one (a test's)."""
     for conn in connections.all(initialized_only=True):
         if not conn.in_atomic_block:
             conn.close()
