@@ -8,6 +8,13 @@ import { el } from "./chat/dom.js";
 import { scheduleReload } from "./chat/sync.js";
 
 const sockets = [];
+// The open "how many" form: {messageId, node}. The chat draws it inside its message (askNode),
+// so a render of that message, which rebuilds its children, keeps it.
+let asking = null;
+
+export function askNode(messageId) {
+  return asking && asking.messageId === messageId ? asking.node : null;
+}
 
 export function initAlternatives() {
   document.addEventListener("keydown", (e) => {
@@ -40,13 +47,19 @@ function ask(m) {
   n.setAttribute("aria-label", "How many alternatives (2 to 8)");
   label.append(n);
   const start = btn("Start", "Start the alternatives", async () => {
-    box.remove();
+    closeAsk();
     await begin(m, Number(n.value));
   }, "small");
   start.id = "alternatives-start";
-  box.append(label, start, btn("Cancel", "Close", () => box.remove()));
+  box.append(label, start, btn("Cancel", "Close", closeAsk));
+  asking = { messageId: m.id, node: box };
   document.querySelector(`[data-message-id="${m.id}"]`)?.append(box);
   n.focus();
+}
+
+function closeAsk() {
+  asking?.node.remove();
+  asking = null;
 }
 
 async function begin(m, n) {
@@ -64,7 +77,7 @@ async function begin(m, n) {
 function close() {
   for (const ws of sockets.splice(0)) ws.close();
   document.getElementById("alternatives-view")?.remove();
-  document.getElementById("alternatives-ask")?.remove();
+  closeAsk();
 }
 
 function open(ids) {

@@ -19,6 +19,7 @@ import {
 import { loadOlder } from "./sync.js";
 import { updateControls } from "./controls.js";
 import { renderSource } from "../repository.js";
+import { askNode } from "../alternatives.js";
 
 const msgNodes = new Map(); // message id -> {key, node}
 onForget((kind, id) => {
@@ -191,6 +192,8 @@ function messageNode(m, dim, isLastAnswer) {
   }
   const actions = messageActions(m, isLastAnswer);
   if (actions) kids.push(actions);
+  const ask = askNode(m.id); // an open "how many alternatives" form stays through a render
+  if (ask) kids.push(ask);
   reconcile(div, kids);
   msgNodes.set(m.id, { key, node: div });
   return div;

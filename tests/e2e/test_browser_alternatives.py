@@ -72,3 +72,38 @@ def _flow(page, server) -> None:
     lineage = page.request.get(f"{server.url}/api/sessions/{sid}/lineage/").json()
     kinds = {f["id"]: f["lineage_kind"] for f in lineage["forks"]}
     assert kinds[alternative] == "alternative"
+
+
+def test_the_alternatives_form_stays_open_while_the_conversation_redraws(page, server):
+    # The form "how many alternatives" lives in its message; a run from elsewhere (another
+    # tab, the API) redraws every message. The form, and what was typed in it, stays.
+    login(page, server)
+    sid = new_session(page)
+    send(page, "say one")
+    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'one'")
+    wait_idle(page)
+    first = page.locator("#messages .msg.user").nth(0)
+    first.hover()
+    first.locator("button.alternatives").click()
+    page.fill("#alternatives-n", "4")
+    form = page.locator("#alternatives-ask").element_handle()
+    status = page.evaluate(
+        """async (sid) => {
+            const token = document.cookie.match(/(?:^|; )csrftoken=([^;]+)/)[1];
+            const answer = await fetch(`/api/sessions/${sid}/runs/`, {
+                method: "POST",
+                headers: {"Content-Type": "application/json", "X-CSRFToken": token},
+                body: JSON.stringify({messages: [{role: "user", content: "say elsewhere"}]}),
+            });
+            return answer.status;
+        }""",
+        sid,
+    )
+    assert status == 202
+    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'elsewhere'")
+    wait_idle(page)
+    assert page.evaluate("(form) => form.isConnected", form)
+    assert page.input_value("#alternatives-n") == "4"
+    page.click("#alternatives-start")
+    page.wait_for_selector(VIEW)
+    assert page.locator(f"{VIEW} .alt-col").count() == 4
