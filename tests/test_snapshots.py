@@ -3,6 +3,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
+from django.test import override_settings
 
 from workspace import skipped_files, trees
 from workspace.change_summary import summary_of
@@ -161,6 +162,80 @@ def test_peek_gives_the_tree_track_gives_and_leaves_the_index_alone(snap):
     assert (snap.git_dir / "last-tree").read_text() == first
     lock.unlink()
     assert snap.track() == peeked
+
+
+def test_two_snapshots_at_once_take_turns_on_the_index(snap):
+    """The chaos test's ``files-as-snapshot`` violation: a step of a cancelled run still
+    snapshotting in its thread when the next run's first step snapshots. Two ``git add`` on
+    one index failed on each other's ``index.lock`` ("index file smaller than expected"):
+    now they take turns on the index (``holding_index``), and every snapshot succeeds."""
+    import threading
+
+    for i in range(2000):
+        (snap.worktree / f"f{i}.txt").write_text(str(i))
+    snap.track()
+    errors: list[Exception] = []
+
+    def steps(who: int) -> None:
+        for step in range(12):
+            (snap.worktree / f"{who}-{step}.txt").write_text("x" * step)
+            try:
+                tree = snap.track()
+                assert snap.git("cat-file", "-p", f"{tree}:{who}-{step}.txt") == "x" * step
+            except Exception as exc:  # noqa: BLE001 - every failure is reported below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=steps, args=(who,)) for who in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert not (snap.git_dir / "index.lock").exists()
+    assert len(snap.git("ls-files", "-z").split("\0")) - 1 == 2000 + 24
+
+
+def test_a_snapshot_never_writes_an_index_another_process_holds(snap):
+    """A worker stopped past its lease holds the index between two git calls (no
+    ``index.lock`` to see): the worker that took its run over snapshots in a scratch index
+    (the same tree) and leaves the index alone; a fork's ``materialize`` waits, then fails
+    cleanly."""
+    import subprocess
+    import sys
+
+    from workspace.snapshots import SnapshotError
+
+    (snap.worktree / "a.txt").write_text("one")
+    snap.track()
+    index = (snap.git_dir / "index").read_bytes()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, sys, time\n"
+            "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)\n"
+            "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\n"
+            "time.sleep(60)\n",
+            str(snap.git_dir / "index.writer"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        (snap.worktree / "a.txt").write_text("two")
+        tree = snap.track()
+        assert snap.git("cat-file", "-p", f"{tree}:a.txt") == "two"
+        assert (snap.git_dir / "index").read_bytes() == index, "the held index is untouched"
+        with override_settings(SNAPSHOT_GIT_TIMEOUT_SECONDS=0.3), pytest.raises(SnapshotError):
+            snap.materialize(tree)
+    finally:
+        holder.kill()
+        holder.wait()
+    # The holder gone (the kernel let go of its lock), the index is written again.
+    assert snap.track() == tree
+    assert (snap.git_dir / "index").read_bytes() != index
 
 
 def test_a_stale_index_lock_from_a_killed_git_does_not_break_snapshots(snap):

@@ -1,5 +1,8 @@
 """A session's index as files on disk, read and claimed without running git.
 
+* ``holding_index``: one writer of the index at a time, whatever the process or thread: an
+  exclusive ``flock`` on ``index.writer``, held for a whole ``track`` and by the git
+  processes it starts (``writer_fd``), so a git left running by a killed worker holds it too.
 * ``claim_index``: who may write the index (``index.owner`` beside git's ``index.lock``), and
   when a lock left by a dead writer may be removed.
 * ``shared_indexes``: the shared parts of a split index (``core.splitIndex``), which git
@@ -10,14 +13,63 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 SHARED_INDEX = "sharedindex."
 # 0o160000 (a gitlink, a submodule's entry) as an index entry stores its mode: 32 bits, big-end.
 GITLINK_MODE = (0o160000).to_bytes(4, "big")
+
+
+_held = threading.local()  # .fds: {git dir: the fd of its ``index.writer`` this thread holds}
+
+
+@contextlib.contextmanager
+def holding_index(git_dir: Path, wait: float) -> Iterator[bool]:
+    """Hold the index of ``git_dir`` for writing, waiting at most ``wait`` seconds: True when
+    held. The session's index has writers that may overlap: a step's snapshot still running
+    in the thread of a run that was cancelled when the next run starts, a worker that was
+    stopped past its lease and goes on. Two ``git add`` on one index fail on each other's
+    ``index.lock`` or, worse, one removes the other's lock as stale and the index is written
+    twice at once. The lock is the kernel's (``flock``): a writer that dies lets go of it, and
+    nothing in the worktree can hold it. Re-entrant within a thread."""
+    fds = _held.__dict__.setdefault("fds", {})
+    key = str(git_dir)
+    if key in fds:
+        yield True
+        return
+    fd = os.open(git_dir / "index.writer", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.02)
+        fds[key] = fd
+        try:
+            yield True
+        finally:
+            del fds[key]
+    finally:
+        os.close(fd)  # the lock goes with the last descriptor of it (a git still running keeps it)
+
+
+def writer_fd(git_dir: Path) -> int | None:
+    """The descriptor of the index lock this thread holds for ``git_dir``, for the git
+    processes it starts to inherit: a git that outlives its worker (SIGKILLed mid-``add``)
+    keeps the index held until it ends."""
+    return getattr(_held, "fds", {}).get(str(git_dir))
 
 
 def claim_index(git_dir: Path, stale_after: float = 30.0) -> bool:

@@ -29,12 +29,14 @@ first snapshot a stat walk, not a hash of every file); the index is version 4 an
 (``SCALE_OVERRIDES``); ``SNAPSHOT_EXCLUDE`` (``info/exclude``) keeps what package managers
 and interpreters rebuild out of every snapshot.
 
-No lock per git directory: the session's index has one writer at a time by construction. The
-loop ``track``s while it holds the busy lock; the history moves (revert, unrevert, a run's
-branch start) write while they hold the session row with no run holding the busy lock, and a
-run cannot take the busy lock while the row is held; a fork writes only its new git dir.
-Readers beside the loop (diffs, previews, shares) use ``peek`` (a scratch index) or read
-objects only, which are immutable.
+The session's index has one writer at a time: every write of it (``track``, ``materialize``)
+holds ``index_files.holding_index``, a kernel lock that the git processes it starts hold too.
+The busy lock and the session row order the loop and the history moves, but not the thread of
+a cancelled step still snapshotting when the next run starts, nor a worker stopped past its
+lease that goes on: without the lock two ``git add`` met on ``index.lock``. A ``track`` that
+cannot have the index within ``INDEX_WAIT_SECONDS`` snapshots in a scratch copy (``peek``).
+Readers beside the loop (diffs, previews, shares) use ``peek`` or read objects only, which are
+immutable; a fork writes only its new git dir.
 
 Around this module, in ``workspace``: what needs git takes a ``Snapshots`` — ``store`` (the
 shared object store by id: write, read, prune), ``trees`` (compose, merge), ``tree_reads``
@@ -59,7 +61,7 @@ from pathlib import Path
 from django.conf import settings
 
 from . import git_dirs, git_output, worktree_paths
-from .index_files import claim_index, may_hold_gitlinks
+from .index_files import claim_index, holding_index, may_hold_gitlinks, writer_fd
 
 
 class SnapshotError(RuntimeError):
@@ -109,6 +111,9 @@ GIT_OVERRIDES = (
     "maintenance.auto=false",
 )
 GIT_FLAGS = ("--no-replace-objects", *(a for o in GIT_OVERRIDES for a in ("-c", o)))
+# How long a ``track`` waits for another writer of the index before it snapshots in a scratch
+# copy (the wait a stopped worker's hold costs each step of the run that took its place).
+INDEX_WAIT_SECONDS = 1.0
 NESTED_DEPTH_MAX = 32  # repositories nested in nested repositories, taken apart level by level
 MISSING = re.compile(
     r"bad object|unable to read|could not read|not a valid object|missing (?:blob|tree)"
@@ -174,6 +179,7 @@ class Snapshots:
         git = shutil.which("git")  # looked up on the server's PATH: git's own PATH is empty
         if git is None:
             raise SnapshotError(f"git {args[0]}: git is not installed")
+        held = writer_fd(self.git_dir) if index is None else None
         try:
             proc = subprocess.Popen(
                 [git, *GIT_FLAGS, *SCALE_FLAGS, *(SCRATCH_FLAGS if index else ()), *args],
@@ -185,6 +191,7 @@ class Snapshots:
                 # Its own process group, so a kill reaches whatever git started too: a child
                 # left holding the pipes would keep ``communicate`` waiting past the timeout.
                 start_new_session=True,
+                pass_fds=() if held is None else (held,),
             )
         except OSError as exc:  # no git, no worktree, an argument list over the kernel's limit
             raise SnapshotError(f"git {args[0]}: {exc}") from exc
@@ -241,11 +248,17 @@ class Snapshots:
         while no loop does) call this: it updates the session's index. Readers use ``peek``.
         ``index``: a scratch index to use instead."""
         self.ensure()
-        if index is None and not claim_index(self.git_dir):
-            # A git of another live process holds the session's index (a worker that was
-            # stopped mid-snapshot and lost its run): its lock is never removed from under
-            # it; this snapshot is made in a scratch copy of the index instead.
-            return self.peek()
+        if index is not None:
+            return self._track(index)
+        with holding_index(self.git_dir, INDEX_WAIT_SECONDS) as held:
+            # Another writer has the index (a step of a cancelled run, a worker stopped
+            # mid-snapshot), or a git of another live process left its lock: never written
+            # from under it; this snapshot is made in a scratch copy of the index instead.
+            if held and claim_index(self.git_dir):
+                return self._track(None)
+        return self.peek()
+
+    def _track(self, index: str | None) -> str:
         self._add_all(index)
         tree = self.git("write-tree", index=index).strip()
         last = self._last_tree()
@@ -386,11 +399,15 @@ class Snapshots:
         self.ensure()
         if tree == EMPTY_TREE:
             return
-        self.git("read-tree", tree)
-        # ``-u``: the index gets each file's stat data as it is written, so the next ``track``
-        # is a stat walk, not a hash of every file the fork wrote.
-        self.git("checkout-index", "--all", "--force", "-u")
-        (self.git_dir / "last-tree").write_text(tree)
+        wait = settings.SNAPSHOT_GIT_TIMEOUT_SECONDS
+        with holding_index(self.git_dir, wait) as held:
+            if not held or not claim_index(self.git_dir):
+                raise SnapshotError(f"git read-tree: the index is still in use after {wait:g}s")
+            self.git("read-tree", tree)
+            # ``-u``: the index gets each file's stat data as it is written, so the next
+            # ``track`` is a stat walk, not a hash of every file the fork wrote.
+            self.git("checkout-index", "--all", "--force", "-u")
+            (self.git_dir / "last-tree").write_text(tree)
 
     def read_blob(self, tree: str, path: str) -> bytes | None:
         """A file's content as it is in ``tree``; None when it is not there."""
