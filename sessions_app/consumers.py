@@ -15,6 +15,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
+from autobahn.exception import Disconnected
 from channels.auth import get_user
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -147,6 +148,23 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             await self.session_event(message)
             return
         await super().dispatch(message)
+
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
+        """A frame for a client that has just gone is dropped. Its close is on its way to this
+        consumer, but an event can come first, and Daphne's websocket raises for a send on a
+        closed connection (channels#1820): the consumer then ended on the error (logged with
+        its traceback, one per such frame) without its ``disconnect``, so its group kept it
+        and the socket watch held it for good."""
+        try:
+            await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+        except Disconnected:
+            return
+
+    async def send_json(self, content: Any, close: bool = False) -> None:
+        # Through ``send`` above (the parent's goes around it).
+        await self.send(text_data=await self.encode_json(content), close=close)
 
     async def session_event(self, message: dict) -> None:
         # Pre-encoded once per session for every listener: sent as it is.

@@ -367,3 +367,24 @@ async def test_a_socket_path_or_token_no_session_has_is_closed_with_4403(sid, to
     assert connected
     assert await _close_code(communicator, 5) == 4403
     await communicator.disconnect()
+
+
+async def test_a_frame_for_a_client_that_has_gone_is_dropped_not_raised():
+    """An event that reaches the consumer after its client went (Daphne raises autobahn's
+    ``Disconnected`` for the send) must not end the consumer before its ``disconnect``
+    leaves the group and the socket watch: it is dropped."""
+    from autobahn.exception import Disconnected
+
+    from sessions_app.consumers import SessionConsumer
+
+    consumer = SessionConsumer()
+    sent: list[dict] = []
+
+    async def gone(message: dict) -> None:
+        sent.append(message)
+        raise Disconnected("Attempt to send on a closed protocol")
+
+    consumer.base_send = gone
+    await consumer.session_event({"type": "session.event", "text": '{"type": "text-delta"}'})
+    await consumer.send_json({"type": "pong"})
+    assert [m["type"] for m in sent] == ["websocket.send", "websocket.send"]
