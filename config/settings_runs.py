@@ -50,6 +50,10 @@ RUN_STARTING_AT_ONCE = int(os.environ.get("RUN_STARTING_AT_ONCE", "2"))
 RUN_WAITS_PER_USER_MAX = int(os.environ.get("RUN_WAITS_PER_USER_MAX", "50"))
 RUN_WAIT_RECHECK_SECONDS = float(os.environ.get("RUN_WAIT_RECHECK_SECONDS", "5"))
 RUN_ADMISSIONS_AT_ONCE = int(os.environ.get("RUN_ADMISSIONS_AT_ONCE", "2"))
+# A worker asked to stop (SIGTERM) lets its live runs end for this long; those still running
+# then stop and go to other workers at once (runs_app/drain.py). Keep it under the stop timeout
+# of what runs the worker (systemd's TimeoutStopSec, compose's stop_grace_period: 10 s).
+RUN_DRAIN_SECONDS = float(os.environ.get("RUN_DRAIN_SECONDS", "7"))
 # A run's task is stopped after this long (the soft limit ends the run in "error" first).
 RUN_TIME_LIMIT_SECONDS = int(os.environ.get("RUN_TIME_LIMIT_SECONDS", "3600"))
 CELERY_TASK_TIME_LIMIT = RUN_TIME_LIMIT_SECONDS + 60

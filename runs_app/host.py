@@ -80,6 +80,7 @@ class RunHost:
         self._starting: asyncio.Semaphore | None = None
         self._texts: dict[str, tuple[Any, RunControl]] = {}  # part id → (part, its run)
         self._writing: asyncio.Future | None = None  # the batch of streamed text in flight
+        self.closing = False  # the process is stopping: no new run begins here (drain.py)
 
     # -- start-up (once per process; a forked child starts its own) ------------------------
     def ensure(self) -> asyncio.AbstractEventLoop:
@@ -87,6 +88,7 @@ class RunHost:
             if self.loop is not None and self._pid == os.getpid() and not self.loop.is_closed():
                 return self.loop
             self._pid = os.getpid()
+            self.closing = False
             self.runs = {}
             self.queued = 0
             self.hosted = 0
@@ -161,6 +163,11 @@ class RunHost:
         self.hosted += 1
         try:
             async with self._admitted():  # at most RUN_HOST_CAPACITY live runs in this process
+                if self.closing:
+                    # The process is stopping (drain.py): another worker begins it.
+                    await self.blocking(runtime.enqueue, run_id)
+                    _resolve(begun, False)
+                    return
                 async with self.starting():
                     started = await self.blocking(lifecycle.begin, run_id)
                 _resolve(begun, started.retry)

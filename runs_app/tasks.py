@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 from celery import shared_task
-from celery.signals import worker_ready
+from celery.signals import worker_ready, worker_shutting_down
 
 from sessions_app.services import repo_import
 
 from . import sweeper
+from .drain import drain
 from .host import host
 from .runtime import PREPARE_TASK, TASK_NAME
 
@@ -35,6 +36,13 @@ def _start_sweeper(**kwargs) -> None:  # noqa: ANN003
     """The next worker to start (and every running one, periodically) resumes the runs of
     workers that died: their leases expire and the sweep enqueues them again."""
     sweeper.start_sweeper()
+
+
+@worker_shutting_down.connect
+def _drain(how: str = "Warm", **kwargs) -> None:  # noqa: ANN003
+    """Asked to stop: the live runs end here within ``RUN_DRAIN_SECONDS`` or go to other
+    workers at once (runs_app/drain.py); a cold shutdown does not wait for them."""
+    drain(host, 0.0 if how == "Cold" else None)
 
 
 @shared_task(name=PREPARE_TASK, acks_late=False)
