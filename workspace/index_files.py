@@ -46,16 +46,9 @@ def holding_index(git_dir: Path, wait: float) -> Iterator[bool]:
         return
     fd = os.open(git_dir / "index.writer", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    yield False
-                    return
-                time.sleep(0.02)
+        if not _lock_within(fd, wait):
+            yield False
+            return
         fds[key] = fd
         try:
             yield True
@@ -63,6 +56,18 @@ def holding_index(git_dir: Path, wait: float) -> Iterator[bool]:
             del fds[key]
     finally:
         os.close(fd)  # the lock goes with the last descriptor of it (a git still running keeps it)
+
+
+def _lock_within(fd: int, wait: float) -> bool:
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+        time.sleep(0.02)
 
 
 def writer_fd(git_dir: Path) -> int | None:

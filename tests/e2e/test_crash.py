@@ -21,8 +21,9 @@ from .stack import base_env, services_database_url
 
 pytestmark = pytest.mark.timeout(900)
 
-# 3 scenarios a round: 7 rounds kill the worker 21 times (issue 7 asks for 20).
-ROUNDS = int(os.environ.get("CRASH_ROUNDS", "3"))
+# 3 scenarios a round: 7 rounds kill the worker 21 times (issue 7 asks for 20); the suite
+# runs 2 (6 kills), docs/operations.md the 7.
+ROUNDS = int(os.environ.get("CRASH_ROUNDS", "2"))
 
 
 def kill_worker(proc) -> None:

@@ -1,7 +1,7 @@
 """A worker asked to stop (SIGTERM: a deploy) with runs in the middle (runs_app/drain.py).
 A run that ends within ``RUN_DRAIN_SECONDS`` ends there; one that goes on stops without
-writing and another worker takes it over at once — not after its lease (here a minute)
-lapses, as when a worker dies. Nothing it stored is lost, and the run completes."""
+writing and another worker takes it over at once — not after its lease lapses (here two
+minutes), as when a worker dies. Nothing it stored is lost, and the run completes."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from tests.conftest import wait_until
 from .stack import base_env, services_database_url
 
 pytestmark = pytest.mark.timeout(300)
-LEASE = 60
+LEASE = 120
+DRAIN = 2
 
 
 @pytest.mark.django_db(transaction=True)
@@ -31,7 +32,7 @@ def test_a_stopping_worker_lets_short_runs_end_and_hands_long_ones_on_at_once(pr
         REDIS_URL=settings.REDIS_URL,
         WORKSPACE_ROOT=str(tmp_path / "ws"),
         RUN_LEASE_SECONDS=str(LEASE),
-        RUN_DRAIN_SECONDS="2",
+        RUN_DRAIN_SECONDS=str(DRAIN),
         CELERY_VISIBILITY_TIMEOUT="3600",  # the broker's re-delivery is not what saves a run
     )
     user = User.objects.create_user("alice", password="pw")
@@ -44,10 +45,8 @@ def test_a_stopping_worker_lets_short_runs_end_and_hands_long_ones_on_at_once(pr
     stopping = procs.worker(env, tmp_path)
     try:
         runs = {}
-        for name, script in {
-            "short": "append short.txt x\nwait 1\nsay short done",
-            "long": "append long.txt x\npace 100\nsay " + " ".join(f"w{i}" for i in range(80)),
-        }.items():
+
+        def ask(name: str, script: str) -> None:
             sid = http.post("/api/sessions/", json={"title": name}).json()["id"]
             run = http.post(f"/api/sessions/{sid}/runs/", json={"messages": [{"content": script}]})
             runs[name] = (sid, run.json()["id"])
@@ -56,12 +55,16 @@ def test_a_stopping_worker_lets_short_runs_end_and_hands_long_ones_on_at_once(pr
             messages = http.get(f"/api/sessions/{runs['long'][0]}/messages/").json()["results"]
             return any(len(p.get("text", "")) > 20 for m in messages[1:] for p in m["parts"])
 
+        ask("long", "append long.txt x\npace 50\nsay " + " ".join(f"w{i}" for i in range(120)))
         wait_until(streaming, 30, "the long run to stream")
+        # Begun on the stopping worker (the only one yet), ending within its drain.
+        ask("short", "append short.txt x\nwait 0.5\nsay short done")
+        wait_until(lambda: (tmp_path / "ws" / runs["short"][0] / "short.txt").exists(), 20, "short")
         procs.worker(env, tmp_path)  # the worker that stays
         asked = time.monotonic()
         os.kill(stopping.pid, signal.SIGTERM)
-        stopping.wait(20)
-        assert time.monotonic() - asked < 2 + 8, "stopped after its drain, not at a timeout"
+        stopping.wait(30)
+        assert time.monotonic() - asked < DRAIN + 12, "stopped after its drain, not at a timeout"
 
         def ended(run_id: str):
             run = http.get(f"/api/runs/{run_id}/").json()
@@ -77,7 +80,7 @@ def test_a_stopping_worker_lets_short_runs_end_and_hands_long_ones_on_at_once(pr
         sid = runs["long"][0]
         assert (tmp_path / "ws" / sid / "long.txt").read_text() == "x\n", "its tool ran once"
         messages = http.get(f"/api/sessions/{sid}/messages/").json()["results"]
-        assert messages[-1]["parts"][-2]["text"].endswith("w79")
+        assert messages[-1]["parts"][-2]["text"].endswith("w119")
         assert http.get(f"/api/sessions/{sid}/").json()["status"] == "idle"
     except Exception:
         print(procs.logs())
