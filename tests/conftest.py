@@ -119,6 +119,19 @@ def run_turn(api: APIClient, session_id: str, script: str, status: str = "comple
     return run
 
 
+def submitted(owner: User, script: str) -> Run:
+    """A run admitted in a new session of ``owner``, not handed to any executor yet."""
+    from runs_app.services.runs import start_run
+    from sessions_app.services.sessions import create_session
+
+    return start_run(
+        session=create_session(owner=owner),
+        user=owner,
+        messages=[{"role": "user", "content": script}],
+        defer_enqueue=True,
+    )
+
+
 def new_session(api: APIClient, **fields: Any) -> str:
     """A session of ``api``'s user, through the API: its id."""
     return api.post("/api/sessions/", {"title": "t", **fields}, format="json").json()["id"]

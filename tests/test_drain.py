@@ -16,24 +16,14 @@ from runs_app.drain import Drain, hand_back
 from runs_app.host import host
 from runs_app.lifecycle import begin
 from runs_app.models import Run
-from runs_app.services.runs import start_run
 from sessions_app.models import Session
-from sessions_app.services.sessions import create_session
+from tests.conftest import submitted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _run(owner, script: str) -> Run:
-    return start_run(
-        session=create_session(owner=owner),
-        user=owner,
-        messages=[{"role": "user", "content": script}],
-        defer_enqueue=True,
-    )
-
-
 def test_a_hand_back_ends_the_lease_only_for_the_execution_that_holds_the_run(owner):
-    run = _run(owner, "say hi")
+    run = submitted(owner, "say hi")
     begun = begin(run.id).run
     assert begun is not None
     session = Session.objects.get(id=run.session_id)
@@ -55,8 +45,8 @@ def test_a_hand_back_ends_the_lease_only_for_the_execution_that_holds_the_run(ow
 def test_stopping_lets_short_runs_end_and_hands_back_the_ones_that_go_on(owner, monkeypatch):
     enqueued: list[str] = []
     monkeypatch.setattr(runtime, "enqueue", enqueued.append)
-    short = _run(owner, "wait 0.3\nsay done")
-    long = _run(owner, "wait 60\nsay never")
+    short = submitted(owner, "wait 0.3\nsay done")
+    long = submitted(owner, "wait 60\nsay never")
     futures = [host.submit(short.id), host.submit(long.id)]
     for future in futures:
         future.result(timeout=10)  # both began
@@ -77,7 +67,7 @@ def test_stopping_lets_short_runs_end_and_hands_back_the_ones_that_go_on(owner, 
 def test_a_run_handed_to_a_stopping_host_goes_back_to_the_queue(owner, monkeypatch):
     enqueued: list[str] = []
     monkeypatch.setattr(runtime, "enqueue", enqueued.append)
-    run = _run(owner, "say hi")
+    run = submitted(owner, "say hi")
     host.ensure()
     monkeypatch.setattr(host, "closing", True)
     begun = host.submit(run.id)

@@ -24,25 +24,14 @@ from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.models import Message, Part, Session
 from sessions_app.services import lock
-from sessions_app.services.sessions import create_session
 
-from .conftest import wait_until
+from .conftest import submitted, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def _submitted(owner, script: str) -> Run:
-    """A run admitted in a new session of ``owner``, not handed to any executor yet."""
-    return start_run(
-        session=create_session(owner=owner),
-        user=owner,
-        messages=[{"role": "user", "content": script}],
-        defer_enqueue=True,
-    )
-
-
 def _running(owner, script: str = "say hi") -> Run:
-    run = _submitted(owner, script)
+    run = submitted(owner, script)
     begun = lifecycle.begin(run.id)
     assert begun.run is not None and begun.run.status == Run.Status.RUNNING
     return begun.run
@@ -188,7 +177,7 @@ def test_the_keeper_renews_while_every_database_thread_is_busy(owner, settings):
     not delay a renewal: the keeper has a thread of its own. On the old code the renewals
     queued behind them and the lease lapsed under a live run."""
     settings.RUN_LEASE_SECONDS = 1.5
-    run = _submitted(owner, "wait 4\nsay done")
+    run = submitted(owner, "wait 4\nsay done")
     loop = host.ensure()
     begun = host.submit(run.id)
     wait_until(lambda: run.id in host.runs, what="the run live on the host")
@@ -224,7 +213,7 @@ def test_a_run_whose_lease_cannot_be_renewed_stops_before_it_lapses(owner, setti
         return original(held)
 
     monkeypatch.setattr(lock, "renew_many", hanging)
-    run = _submitted(owner, "wait 5\nsay done")
+    run = submitted(owner, "wait 5\nsay done")
     began = time.monotonic()
     begun = host.submit(run.id)
     control = wait_until(lambda: host.runs.get(run.id), what="the run live on the host")
@@ -362,7 +351,7 @@ def test_a_takeover_decides_under_the_session_row_lock(owner, monkeypatch):
 def _left_open_by_a_lost_execution(owner) -> tuple[Run, Message]:
     """A run whose execution wrote a file with a tool and lost its lease before its step's
     snapshot (its keeper stopped it): the step is open, the file in no snapshot."""
-    run = _submitted(owner, "write made.txt by the first execution\nwait 2")
+    run = submitted(owner, "write made.txt by the first execution\nwait 2")
     begun = host.submit(run.id)
     control = wait_until(lambda: host.runs.get(run.id), what="the run live on the host")
     session = Session.objects.get(id=run.session_id)

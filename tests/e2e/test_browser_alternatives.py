@@ -18,6 +18,14 @@ SHOTS = Path(os.environ.get("CHAT_SCREENSHOT", "/tmp/chat.png")).parent
 VIEW = "#alternatives-view"
 
 
+def ask_alternatives(page, *, turn: int, n: int) -> None:
+    """ "Alternatives…" on user message ``turn``, ``n`` typed in its form (not started)."""
+    message = page.locator("#messages .msg.user").nth(turn)
+    message.hover()
+    message.locator("button.alternatives").click()
+    page.fill("#alternatives-n", str(n))
+
+
 def test_alternatives_side_by_side_and_keep_one(page, server):
     try:
         _flow(page, server)
@@ -36,10 +44,7 @@ def _flow(page, server) -> None:
     page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'two'")
     wait_idle(page)
 
-    second = page.locator("#messages .msg.user").nth(1)
-    second.hover()
-    second.locator("button.alternatives").click()
-    page.fill("#alternatives-n", "2")
+    ask_alternatives(page, turn=1, n=2)
     page.click("#alternatives-start")
     page.wait_for_selector(VIEW)
     columns = page.locator(f"{VIEW} .alt-col")
@@ -82,10 +87,7 @@ def test_the_alternatives_form_stays_open_while_the_conversation_redraws(page, s
     send(page, "say one")
     page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'one'")
     wait_idle(page)
-    first = page.locator("#messages .msg.user").nth(0)
-    first.hover()
-    first.locator("button.alternatives").click()
-    page.fill("#alternatives-n", "4")
+    ask_alternatives(page, turn=0, n=4)
     form = page.locator("#alternatives-ask").element_handle()
     status = page.evaluate(
         """async (sid) => {
