@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 from django.db import transaction
-from django.utils import timezone
 
-from sessions_app.models import Session
+from sessions_app.services import lock
 
 from . import runtime
 from .fencing import LeaseLost, fence
@@ -124,10 +123,8 @@ def hand_back(run_id: str, session_id: str, epoch: int) -> bool:
     try:
         with transaction.atomic():
             # The session row first, then the run's (the lock order of lock.py).
-            ended = Session.objects.filter(id=session_id, busy_run_id=run_id).update(
-                lease_expires_at=timezone.now()
-            )
+            ended = lock.end_lease(session_id, run_id)
             fence(run_id, epoch)
     except LeaseLost:
         return False
-    return ended == 1
+    return ended

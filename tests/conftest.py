@@ -16,6 +16,8 @@ from rest_framework.test import APIClient
 
 from runs_app.host import host
 from runs_app.models import Run
+from runs_app.services.runs import start_run
+from sessions_app.services.sessions import create_session
 from tests.support import fast_db
 
 # A transactional test ends by deleting the rows it left, not by Django's TRUNCATE of every
@@ -121,9 +123,6 @@ def run_turn(api: APIClient, session_id: str, script: str, status: str = "comple
 
 def submitted(owner: User, script: str) -> Run:
     """A run admitted in a new session of ``owner``, not handed to any executor yet."""
-    from runs_app.services.runs import start_run
-    from sessions_app.services.sessions import create_session
-
     return start_run(
         session=create_session(owner=owner),
         user=owner,

@@ -120,6 +120,18 @@ def renew(session_id: str, run_id: str) -> bool:
     )
 
 
+def end_lease(session_id: str, run_id: str) -> bool:
+    """End ``run_id``'s lease now, the session still its own (busy): the sweep, or the next
+    delivery of the run, takes it over at once (a worker that stops hands its runs on:
+    runs_app/drain.py). False when the run does not hold the session."""
+    return (
+        Session.objects.filter(id=session_id, busy_run_id=run_id).update(
+            lease_expires_at=timezone.now()
+        )
+        == 1
+    )
+
+
 def renew_many(held: list[tuple[str, str]]) -> set[str]:
     """Extend the leases of many runs at once, ``held`` being (session id, run id) pairs:
     one UPDATE and one SELECT whatever their number. Returns the run ids that still hold
