@@ -118,12 +118,13 @@ class Checkpointer:
         if obj.pk not in self._new_ids:
             self._dirty[obj].update(fields)
 
-    def fence(self) -> None:
-        """Inside a transaction: ``LeaseLost`` unless this execution still owns its run."""
+    def fence(self, *, ending: bool = False) -> None:
+        """Inside a transaction: ``LeaseLost`` unless this execution still owns its run
+        (``ending``: the transaction records the run's end too, ``fencing.fence``)."""
         if self.lost is not None and self.lost():
             raise LeaseLost(self.run_id)
         if self.epoch is not None:
-            fence(self.run_id, self.epoch)
+            fence(self.run_id, self.epoch, ending=ending)
 
     def hold(self, type: str, payload: dict[str, Any]) -> bool:
         """Keep an event about rows still buffered for the flush that stores them; False
@@ -172,14 +173,17 @@ class Checkpointer:
             self._new_messages or self._new_parts or self._dirty or self._head or self._usage
         )
 
-    def flush(self, *, durable: bool = True) -> None:
-        """Write what changed since the last flush, in one transaction. ``durable=False``
-        (text streamed mid-step): the commit does not wait for the WAL to reach the disk —
-        a database crash may lose the last fraction of a second of it, as a worker crash
-        loses what was streamed since the last flush, and hundreds of streaming runs stop
-        queueing on fsyncs. Tool batches and step ends are always durable."""
+    def flush(self, *, durable: bool = True, ending: bool = False) -> dict[str, Any]:
+        """Write what changed since the last flush, in one transaction (or in the caller's,
+        without a savepoint). ``durable=False`` (text streamed mid-step): the commit does not
+        wait for the WAL to reach the disk — a database crash may lose the last fraction of a
+        second of it, as a worker crash loses what was streamed since the last flush, and
+        hundreds of streaming runs stop queueing on fsyncs. Tool batches and step ends are
+        always durable. ``ending``: the caller's transaction records the run's end next
+        (``lifecycle.finish``, which holds the session row): the run row is held for it from
+        the fence on. Returns the fields of the session row it wrote (its head)."""
         if not self.pending:
-            return
+            return {}
         new_messages, new_parts = self._new_messages, self._new_parts
         dirty, head, usage = self._dirty, self._head, self._usage
         for obj in [*new_messages, *new_parts]:
@@ -187,7 +191,7 @@ class Checkpointer:
         for obj, fields in dirty.items():
             _make_storable(obj, fields)
         held = self._held
-        with transaction.atomic():
+        with transaction.atomic(savepoint=False):
             if not durable and connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL synchronous_commit TO OFF")
@@ -198,7 +202,7 @@ class Checkpointer:
                 Session.objects.filter(id=self.session_id).update(
                     head_id=head, updated_at=self.head_stamped
                 )
-            self.fence()
+            self.fence(ending=ending)
             if new_messages:
                 Message.objects.bulk_create(new_messages)
             if new_parts:
@@ -216,6 +220,7 @@ class Checkpointer:
         self._head = None
         self._usage = []
         self.writes += 1
+        return {"head_id": head, "updated_at": self.head_stamped} if head else {}
 
 
 def _publish(session_id: str, held: list[tuple[str, dict[str, Any]]]) -> None:

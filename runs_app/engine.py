@@ -97,8 +97,9 @@ class AgentLoop(
         """Start-up, then the steps (``loop``); False when the run already ended here."""
         run = self.run
         self.limits = await self.db(effective_limits, self.session.owner_id)
+        # The session's "busy" for this run was said when it was given the session (its
+        # admission, a hand-over, a decision that resumed it).
         self.emit(events.RUN_UPDATED, run=run_data(run))
-        self.emit(events.SESSION_STATUS, status="busy", run_id=run.id)
         if run.mode == Run.Mode.COMPACT:
             # "Compact now": the summary, nothing else (SEMANTICS 10, result "compact").
             self.history = await self.db(active_path, self.session)

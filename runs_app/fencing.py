@@ -33,12 +33,16 @@ class LeaseLost(Exception):
     """This execution of a run is no longer the one that holds it: write nothing more."""
 
 
-def fence(run_id: str, epoch: int) -> None:
+def fence(run_id: str, epoch: int, *, ending: bool = False) -> None:
     """Inside the transaction of a write of ``run_id``'s execution begun under ``epoch``:
     raise ``LeaseLost`` unless that execution still owns the run (and keep it so until the
-    transaction ends)."""
+    transaction ends). ``ending``: the transaction also records the run's end (an UPDATE of
+    the run row), so the row is held for that now, before the other rows are written: held
+    ``FOR SHARE`` first, the end's UPDATE would wait for the streamed-text writer's share of
+    it while that writer waits for a part row this transaction wrote (a deadlock)."""
     table = Run._meta.db_table
-    lock = " FOR SHARE" if connection.vendor == "postgresql" else ""
+    held = " FOR NO KEY UPDATE" if ending else " FOR SHARE"
+    lock = held if connection.vendor == "postgresql" else ""
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT 1 FROM {table} WHERE id = %s AND lease_epoch = %s{lock}",  # noqa: S608

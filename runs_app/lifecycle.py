@@ -42,6 +42,7 @@ The engine runs steps between ``begin`` and ``finish``; services call ``admit``,
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -142,7 +143,8 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
         active_runs=lambda: active_runs(locked.owner_id, run.id),
     )
     run.save()
-    if busy and run.interrupted_run_id and _waiting(run.interrupted_run_id):
+    waiting = Run.objects.filter(id=run.interrupted_run_id, status=Run.Status.REQUIRES_ACTION)
+    if busy and run.interrupted_run_id and waiting.exists():
         # The holder waits for its owner: nothing runs to be stopped. Its waiting calls are
         # interrupted (8.4) and the session passes to the oldest queued run, this one or
         # an earlier one.
@@ -176,10 +178,6 @@ def held_by_another(session: Session, run_id: str) -> bool:
     if lock.is_busy(session):
         return True
     return Run.objects.filter(id=holder).exclude(status__in=Run.TERMINAL).exists()
-
-
-def _waiting(run_id: str) -> bool:
-    return Run.objects.filter(id=run_id, status=Run.Status.REQUIRES_ACTION).exists()
 
 
 @dataclass(frozen=True)
@@ -323,8 +321,7 @@ def end_abandoned(
 
 
 def _add_usage(locked: Session, added: dict | None) -> None:
-    """Under the session row lock: the session's usage plus what a run's execution used
-    (``locked`` follows)."""
+    """Under the session row lock: what a run's execution used, to the session's sum."""
     if added:
         locked.usage = models_catalog.add_usage(locked.usage or {}, added)
         locked.updated_at = timezone.now()
@@ -333,14 +330,22 @@ def _add_usage(locked: Session, added: dict | None) -> None:
         )
 
 
-def finish(run: Run, status: str, *, epoch: int, usage_added: dict | None = None) -> None:
-    """Record the end (``status``) of a run that ran (``error``, ``result``, ``output``,
-    ``usage``, ``finished_at`` set on ``run``) by its execution begun under ``epoch``, and
-    hand the session over; ``usage_added`` (what this execution used) goes to the session's
-    sum. ``LeaseLost`` (nothing written) when another execution owns the run now, or it was
-    ended meanwhile (``end_abandoned``)."""
+def finish(
+    run: Run,
+    status: str,
+    *,
+    epoch: int,
+    usage_added: dict | None = None,
+    rows: Callable[[], dict] | None = None,
+) -> None:
+    """Record the end (``status``, ``run``'s fields) of a run by its execution of ``epoch`` and
+    hand the session over, ``usage_added`` to its sum; ``rows()`` first writes its last rows
+    under the session row lock (``Checkpointer.flush(ending=True)``), saying what it wrote of
+    that row. ``LeaseLost`` (nothing written): another execution owns the run, or it ended."""
     with transaction.atomic():
         locked = lock.lock_session(run.session_id)
+        for name, value in (rows() if rows is not None else {}).items():
+            setattr(locked, name, value)
         moved = move(
             run.id,
             Run.Status.RUNNING,
@@ -355,8 +360,7 @@ def finish(run: Run, status: str, *, epoch: int, usage_added: dict | None = None
         if not moved:
             raise LeaseLost(run.id)
         run.status = status
-        _add_usage(locked, usage_added)
-        _hand_over(run.session_id, run.id, locked)
+        _hand_over(run.session_id, run.id, locked, usage_added=usage_added)
         events.publish_on_commit(run.session_id, events.RUN_UPDATED, run=run_data(run))
         # The row read under the lock, with this transaction's changes on it: as it commits.
         events.publish_on_commit(
@@ -452,10 +456,12 @@ def restart(locked: Session, run: Run, **fields: object) -> Run:
     return admit(locked, run)
 
 
-def _hand_over(session_id: str, run_id: str, locked: Session | None = None) -> str | None:
+def _hand_over(
+    session_id: str, run_id: str, locked: Session | None = None, *, usage_added: dict | None = None
+) -> str | None:
     """Under the session row lock: pass the busy lock from ``run_id`` to the oldest queued
     run (enqueued after commit), or release it (``session.status`` idle). ``locked``, the
-    row read under that lock, follows the change."""
+    row read under that lock, follows the change (with ``usage_added``, in one UPDATE)."""
     queued = (
         Run.objects.filter(
             session_id=session_id,
@@ -468,10 +474,14 @@ def _hand_over(session_id: str, run_id: str, locked: Session | None = None) -> s
         .first()
     )
     next_run = queued[0] if queued else None
-    lock.hand_over(session_id, run_id, next_run, locked)
+    added = usage_added and locked is not None
+    usage = {"usage": models_catalog.add_usage(locked.usage or {}, usage_added)} if added else {}
+    if not lock.hand_over(session_id, run_id, next_run, locked, also=usage) and added:
+        _add_usage(locked, usage_added)  # no lock to hand over: the usage still adds
     if queued:
         metrics.observe_busy_wait((timezone.now() - queued[1]).total_seconds())
         runtime.enqueue_on_commit(queued[0])
+        events.publish_on_commit(session_id, events.SESSION_STATUS, status="busy", run_id=next_run)
     else:
         events.publish_on_commit(session_id, events.SESSION_STATUS, status="idle", run_id=None)
     return next_run

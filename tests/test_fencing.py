@@ -451,3 +451,121 @@ def test_a_step_closed_by_recovery_is_not_closed_again_by_the_end(owner, monkeyp
     assert Part.objects.filter(message=step, type="step-finish").count() == 1
     assert Part.objects.filter(message=step, type="patch").count() == 1
     _closed_with_the_file(step)
+
+
+def test_a_stale_execution_s_end_keeps_none_of_its_last_step(owner, monkeypatch):
+    """A step without tool calls ends the run: its rows are written with the end, in one
+    transaction (one commit, the end's conditional move their fence). The run taken over by
+    another execution just before that end: neither its last step nor its end is stored."""
+    from runs_app.loop.end import Ending
+
+    run = submitted(owner, "say the last words")
+    original = Ending._record_end
+    taken: list[Run] = []
+
+    def taken_over_first(self, status):  # noqa: ANN001, ANN202
+        taken.append(_take_over(Run.objects.get(id=self.run.id)))  # the sweep, meanwhile
+        return original(self, status)
+
+    monkeypatch.setattr(Ending, "_record_end", taken_over_first)
+    host.run_to_end(run.id, timeout=60)
+    assert taken and taken[0].lease_epoch == 2
+    stored = Run.objects.get(id=run.id)
+    assert (stored.status, stored.finished_at) == (Run.Status.RUNNING, None)
+    assert Session.objects.get(id=run.session_id).busy_run_id == run.id
+    # The user's message (written at the start) is there; the answer, streamed but never
+    # stored, is not: the execution that took the run over answers it.
+    roles = list(Message.objects.filter(run_id=run.id).values_list("role", flat=True))
+    assert roles == ["user"]
+    assert not Part.objects.filter(session_id=run.session_id, message__role="assistant").exists()
+
+
+def test_the_last_step_and_the_end_are_one_commit(owner, monkeypatch):
+    """The end of a run whose last step called no tool: its rows and the end in one
+    transaction (one commit), under the session row lock and then the run row, held for the
+    end's UPDATE from its fence on (lock order: sessions_app/services/lock.py)."""
+    from django.test.utils import CaptureQueriesContext
+
+    from runs_app.loop.end import Ending
+
+    run = submitted(owner, "say done")
+    ends: list[tuple[list[str], int]] = []
+    original = Ending._record_end
+
+    def captured(self, status):  # noqa: ANN001, ANN202
+        commits: list[int] = []
+        real = connection.commit
+        connection.commit = lambda: (commits.append(1), real())[1]
+        try:
+            with CaptureQueriesContext(connection) as queries:
+                original(self, status)
+        finally:
+            del connection.commit
+        ends.append(([q["sql"] for q in queries.captured_queries], len(commits)))
+
+    monkeypatch.setattr(Ending, "_record_end", captured)
+    assert host.run_to_end(run.id, timeout=60)
+    ((end, commits),) = ends
+    assert commits == 1
+    assert sum('INSERT INTO "sessions_app_part"' in s for s in end) == 1  # the last step's
+    assert any('UPDATE "runs_app_run" SET "status"' in s for s in end)  # the end
+    order = [i for i, s in enumerate(end) if "FOR NO KEY UPDATE" in s]
+    assert len(order) == 2 and "sessions_app_session" in end[order[0]]
+    assert "runs_app_run" in end[order[1]] and not any("FOR SHARE" in s for s in end)
+    assert Run.objects.get(id=run.id).status == Run.Status.COMPLETED
+    assert Part.objects.filter(session_id=run.session_id, type="step-finish").count() == 1
+
+
+def test_an_end_never_waits_in_a_cycle_with_the_streamed_text_writer(owner):
+    """Found by tests/e2e/test_many_runs.py (100 runs, 50 cancelled at once): the end wrote a
+    part's text, then waited to update the run row that the streamed-text writer held
+    ``FOR SHARE``, while that writer waited for the part: a deadlock. The end holds the run
+    row from its fence on, before any other row: the writer's turn comes before or after."""
+    from runs_app.loop.end import Ending
+
+    run = _running(owner)
+    writer = Checkpointer(run.session_id, run_id=run.id, epoch=run.lease_epoch)
+    message = _message(run)
+    part = Part(message_id=message.id, session_id=run.session_id, order=0, type="text", text="a")
+    writer.add(message)
+    writer.add(part)
+    writer.flush()
+    part.text = "a whole answer"
+    writer.touch(part, "text")  # the end's flush writes the text whole
+    shared, done, failures = threading.Event(), threading.Event(), []
+
+    def text_writer() -> None:  # host._text_writer's statement, slowed down between its two
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                from runs_app.fencing import owned
+
+                assert owned([(run.id, run.lease_epoch)]) == {run.id}
+                shared.set()
+                time.sleep(0.5)
+                cursor.execute(
+                    "UPDATE sessions_app_part SET text = %s WHERE id = %s", ["a whole", part.id]
+                )
+        except Exception as exc:  # noqa: BLE001
+            failures.append(exc)
+        finally:
+            connection.close()
+            done.set()
+
+    thread = threading.Thread(target=text_writer)
+    thread.start()
+    assert shared.wait(10)
+    end = type("End", (), {})()
+    end.run, end.session, end.writer, end.epoch, end.recovered = (
+        run,
+        Session.objects.get(id=run.session_id),
+        writer,
+        run.lease_epoch,
+        True,
+    )
+    end.usage_added = lambda: None
+    run.finished_at = timezone.now()
+    Ending._record_end(end, Run.Status.COMPLETED)
+    assert done.wait(10) and failures == []
+    thread.join()
+    assert Run.objects.get(id=run.id).status == Run.Status.COMPLETED
+    assert Part.objects.get(id=part.id).text in ("a whole answer", "a whole")

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from realtime import events
 from runs_app.host import run_agent
 from runs_app.models import Run
 from runs_app.services.runs import start_run
@@ -98,3 +99,38 @@ def test_a_queued_run_is_handed_the_session_by_the_one_that_finishes(owner):
     assert first.finished_at <= second.started_at
     session.refresh_from_db()
     assert session.busy_run_id is None and session.status == Session.Status.IDLE
+
+
+def test_busy_is_said_once_per_run_by_what_gives_it_the_session(owner, monkeypatch):
+    """ "busy" for a run comes from what gives it the session — its admission, or the end of
+    the run it queued behind (the hand-over) — once: the worker that begins it says nothing
+    more (it said it again, one more event for every browser of the session, each run).
+    The ending run's usage goes into the session with the hand-over's UPDATE."""
+    said: list[tuple[str, str | None]] = []
+    original = events.publisher.publish
+
+    def spy(session_id: str, type: str, payload: dict) -> None:
+        if type == events.SESSION_STATUS:
+            said.append((payload["status"], payload.get("run_id")))
+        original(session_id, type, payload)
+
+    monkeypatch.setattr(events.publisher, "publish", spy)
+    session = create_session(owner=owner)
+    first = start_run(
+        session=session, user=owner, messages=[{"role": "user", "content": "wait 0.5\nsay a"}]
+    )
+    second = start_run(
+        session=session,
+        user=owner,
+        messages=[{"role": "user", "content": "say b"}],
+        multitask_strategy="enqueue",
+    )
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not (said and said[-1][0] == "idle"):
+        time.sleep(0.05)
+    assert said == [("busy", first.id), ("busy", second.id), ("idle", None)]
+    session.refresh_from_db()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    # Both runs' usage, each added at its end.
+    assert session.usage["calls"] == first.usage["calls"] + second.usage["calls"] >= 2

@@ -51,10 +51,17 @@ class Ending(LoopState):
             for part in made if made and not self.writer.closes(made[0].message_id) else []:
                 self.writer.add(part)
                 self.emit(events.PART_UPDATED, part=part_data(part))
-        self.writer.flush()
         # The model's structured output and an error's sentence are data too (11.5).
         self.run.output, self.run.error = storable(self.run.output), storable(self.run.error)
-        lifecycle.finish(self.run, status, epoch=self.epoch, usage_added=self.usage_added())
+        # The last rows and the end in one transaction (one commit), fenced together:
+        # refused, neither is kept.
+        lifecycle.finish(
+            self.run,
+            status,
+            epoch=self.epoch,
+            usage_added=self.usage_added(),
+            rows=lambda: self.writer.flush(ending=True),
+        )
 
     def structured_error(self) -> dict | None:
         """Rule 1.9: the run's output must validate against its output_schema."""

@@ -121,7 +121,9 @@ class StepPhase(LoopState):
         if finished:
             message.completed_at = timezone.now()
         self.writer.touch(message, "completed_at", "tokens", "structured")
-        if finished and self.mode != Session.Checkpoint.RUNS:
+        if finished and ran_tools and self.mode != Session.Checkpoint.RUNS:
+            # A step without tool calls ends the run: its rows are written with the end, in
+            # the same transaction (``Ending._record_end``).
             self.writer.flush()
         self.emit(events.MESSAGE_UPDATED, message=message_data(message))
         if changed:

@@ -157,11 +157,17 @@ def park(session_id: str, run_id: str) -> bool:
 
 
 def hand_over(
-    session_id: str, run_id: str, next_run_id: str | None, locked: Session | None = None
+    session_id: str,
+    run_id: str,
+    next_run_id: str | None,
+    locked: Session | None = None,
+    *,
+    also: dict | None = None,
 ) -> bool:
     """Release ``run_id``'s lock, to ``next_run_id`` when one waits. Call in a transaction
     that holds the session row (``select_for_update``), so an enqueue cannot slip between
-    the check for waiting runs and the release; ``locked``, that row, follows the change."""
+    the check for waiting runs and the release; ``locked``, that row, follows the change.
+    ``also``: other fields of the row to write in the same UPDATE (the ending run's usage)."""
     # ``updated_at`` too: the session published after this is a newer version of it (the
     # chat sets aside a ``session.updated`` older than the one it holds).
     if next_run_id:
@@ -177,6 +183,7 @@ def hand_over(
             "status": Session.Status.IDLE,
             "updated_at": timezone.now(),
         }
+    values.update(also or {})
     if not Session.objects.filter(id=session_id, busy_run_id=run_id).update(**values):
         return False
     if locked is not None:
