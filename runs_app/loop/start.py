@@ -35,15 +35,22 @@ class StartPhase(LoopState):
                 cleanup_session, session=self.session, holder_run_id=run.id, fence=self.fence
             )
             self.head_id = self.session.head_id
+        # One trip to a database thread for the rest (a thread hop each was a wait for the
+        # interpreter each, while a burst of runs starts beside the streaming ones).
+        return await self.db(self._start_rows, prompting)
+
+    def _start_rows(self, prompting: bool) -> bool:
+        """(A database thread.) The path (or the branch), the prompt, the files' snapshot."""
+        run = self.run
         if run.branch and not run.branch.get("applied"):
-            await self.db(self.start_branch)
+            self.start_branch()
         else:
-            self.history = await self.db(active_path, self.session)
+            self.history = active_path(self.session)
         if prompting:
-            await self.db(self.start_prompt)
+            self.start_prompt()
         elif turn_finished(self.history):
             return False
-        self.tree = await self.db(self.snap.track)
+        self.tree = self.snap.track()
         return True
 
     def start_prompt(self) -> None:
