@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import subprocess
+import time
 
 import pytest
 from django.test import override_settings
@@ -31,6 +33,43 @@ def test_an_unchanged_worktree_gives_the_same_tree(snap):
     assert snap.track() == first
     (snap.worktree / "a.txt").write_text("b")
     assert snap.track() != first
+
+
+def test_an_unchanged_worktree_costs_no_write_tree(snap, monkeypatch):
+    """A run's start snapshots a worktree its last step left as it was: ``git add`` finds
+    nothing to change and the tree is the one the last ``write-tree`` gave, with no git
+    process for it. Any write of the index since (a change found, a restore, another
+    process's git) makes the next snapshot ask git again."""
+    (snap.worktree / "a.txt").write_text("a")
+    # Written a while ago: a file as new as the index is "racily clean" to git, which then
+    # hashes it again and writes the index (what a run's start finds is seconds old).
+    os.utime(snap.worktree / "a.txt", (time.time() - 10, time.time() - 10))
+    first = snap.track()
+    started: list[str] = []
+    original = Snapshots._run
+
+    def counted(self, args, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        started.append(args[0])
+        return original(self, args, **kwargs)
+
+    monkeypatch.setattr(Snapshots, "_run", counted)
+    assert snap.track() == first
+    assert "write-tree" not in started and started.count("add") == 1
+    # The same size, the same second: git's stat cache sees it, the index is written again.
+    (snap.worktree / "a.txt").write_text("b")
+    second = snap.track()
+    assert second != first and "write-tree" in started
+    # The index rewritten by other means (a restore; git of another process: the same).
+    snap.restore(first)
+    started.clear()
+    assert snap.track() == first and "write-tree" in started
+    subprocess.run(
+        ["git", f"--git-dir={snap.git_dir}", f"--work-tree={snap.worktree}", "read-tree", second],
+        check=True,
+    )
+    started.clear()
+    assert snap.track() == first and "write-tree" in started
+    assert Snapshots(git_dir=snap.git_dir, worktree=snap.worktree).track() == first
 
 
 def test_restore_reproduces_a_tree_exactly(snap):

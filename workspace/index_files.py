@@ -9,6 +9,9 @@
   keeps in the git dir, a scratch index's too.
 * ``may_hold_gitlinks``: a scan of the index's bytes that tells, with no git process, that an
   index holds no gitlink (``Snapshots._drop_gitlinks`` then asks git for nothing).
+* ``written_as`` / ``remember_tree``: the tree id the index was last written as by this
+  process, while the index file is still that one (``Snapshots._track`` then starts no
+  ``write-tree`` for an unchanged worktree: one git process fewer for each run's start).
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import os
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
 SHARED_INDEX = "sharedindex."
+TREES_KEPT = 4096  # git dirs whose index's tree this process remembers (the oldest forgotten)
 # 0o160000 (a gitlink, a submodule's entry) as an index entry stores its mode: 32 bits, big-end.
 GITLINK_MODE = (0o160000).to_bytes(4, "big")
 
@@ -103,6 +108,11 @@ def claim_index(git_dir: Path, stale_after: float = 30.0) -> bool:
         time.sleep(0.1)
     else:
         return False
+    try:
+        if owner.read_text() == me:
+            return True  # ours already (the last snapshot's): no write, no page to flush
+    except FileNotFoundError:
+        pass
     owner.write_text(me)
     return True
 
@@ -161,3 +171,41 @@ def _has_gitlink_bytes(path: Path) -> bool:
         if len(_GITLINK_SEEN) > 256:
             _GITLINK_SEEN.pop(next(iter(_GITLINK_SEEN)))
     return _GITLINK_SEEN[key]
+
+
+_trees: OrderedDict[str, tuple[tuple[int, ...], str]] = OrderedDict()
+_trees_lock = threading.Lock()
+
+
+def _identity(index: Path) -> tuple[int, ...] | None:
+    """What changes whenever git writes ``index`` (always a new file renamed over the old:
+    another inode, another change time), or None when there is none."""
+    try:
+        st = index.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def remember_tree(git_dir: Path, tree: str) -> None:
+    """``git write-tree`` has just given ``tree`` for the index of ``git_dir`` (held by the
+    caller: ``holding_index``), and left the index as it now is."""
+    identity = _identity(git_dir / "index")
+    with _trees_lock:
+        _trees.pop(str(git_dir), None)
+        if identity is not None:
+            _trees[str(git_dir)] = (identity, tree)
+            while len(_trees) > TREES_KEPT:
+                _trees.popitem(last=False)
+
+
+def written_as(git_dir: Path) -> str | None:
+    """The tree of the index of ``git_dir`` when the index file is still the one a
+    ``write-tree`` of this process left (a tree is a function of the index's content): no git
+    has written it since, so ``write-tree`` would give the same id. None otherwise."""
+    identity = _identity(git_dir / "index")
+    with _trees_lock:
+        known = _trees.get(str(git_dir))
+    if identity is None or known is None or known[0] != identity:
+        return None
+    return known[1]

@@ -60,7 +60,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from . import git_dirs, git_output, worktree_paths
+from . import git_dirs, git_output, index_files, worktree_paths
 from .index_files import claim_index, holding_index, may_hold_gitlinks, writer_fd
 
 
@@ -260,6 +260,11 @@ class Snapshots:
 
     def _track(self, index: str | None) -> str:
         self._add_all(index)
+        # The session's index as the last write-tree here left it (``add`` found nothing to
+        # change): the same tree, with no git process for it.
+        known = index_files.written_as(self.git_dir) if index is None else None
+        if known:
+            return known
         tree = self.git("write-tree", index=index).strip()
         last = self._last_tree()
         limit = settings.SNAPSHOT_MAX_FILE_BYTES
@@ -280,6 +285,8 @@ class Snapshots:
                     tree = self.git("write-tree", index=index).strip()
             if index is None:
                 (self.git_dir / "last-tree").write_text(tree)
+        if index is None:
+            index_files.remember_tree(self.git_dir, tree)
         return tree
 
     def _add_all(self, index: str | None) -> None:
