@@ -172,6 +172,44 @@ def admit_run(
         RunAdmission.objects.create(user_id=user_id, run_id=run_id, created_at=now)
 
 
+def check_room(
+    *,
+    user_id: int,
+    n: int,
+    what: str,
+    sessions_held: Callable[[], int],
+    active_runs: Callable[[], int],
+) -> None:
+    """Room for ``n`` more sessions each running a run now (``n`` ``what``: alternatives of a
+    turn), or ``QuotaExceeded`` naming the limit, before anything is made. ``sessions_held``
+    and ``active_runs`` count the user's sessions and runs not yet ended."""
+    limits = effective(user_id)
+    if limits.sessions is not None:
+        held = sessions_held()
+        if held + n > limits.sessions:
+            raise QuotaExceeded(
+                f"{n} {what} need {n} new sessions: you have {held:,} and your quota "
+                f"allows {limits.sessions:,}. Nothing was started."
+            )
+    if limits.concurrent_runs is not None:
+        running = active_runs()
+        if running + n > limits.concurrent_runs:
+            raise QuotaExceeded(
+                f"{n} {what} run {n} runs at once: you have {running:,} in progress and "
+                f"your limit is {limits.concurrent_runs:,} concurrent runs. Nothing was started."
+            )
+    now = clock.now()
+    if limits.runs_per_minute is not None:
+        recent = recent_admissions(user_id, now, limits.runs_per_minute)
+        if len(recent) + n > limits.runs_per_minute:
+            raise QuotaExceeded(
+                f"{n} {what} are {n} runs: you have used {len(recent):,} of your "
+                f"{limits.runs_per_minute:,} runs per minute. Nothing was started."
+            )
+    if limits.limits_spending():
+        check_budget(limits, spent(user_id, now), now)
+
+
 def check_sessions(*, user_id: int, count: Callable[[], int]) -> None:
     """Inside the transaction that creates a session of ``user_id``: refuse it past the
     user's session limit. ``count``: the sessions they hold now."""

@@ -18,10 +18,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from core import ids
-from core.errors import ConflictError, InvalidInput, NotFoundError, QuotaExceeded
+from core.errors import ConflictError, InvalidInput, NotFoundError
 from core.ids import message_id
 from quotas_app import services as quotas
-from quotas_app.limits import effective
 from realtime import events
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, files_at, session_data
@@ -49,37 +48,6 @@ def _text(message: Message) -> str:
     return "".join(p.text for p in message.loaded_parts if p.type == Part.Type.TEXT)
 
 
-def check_quota(user_id: int, n: int) -> None:
-    """Room for ``n`` more sessions and ``n`` more runs now, or ``QuotaExceeded`` naming the
-    limit (nothing made yet)."""
-    limits = effective(user_id)
-    if limits.sessions is not None:
-        held = Session.objects.filter(owner_id=user_id).count()
-        if held + n > limits.sessions:
-            raise QuotaExceeded(
-                f"{n} alternatives need {n} new sessions: you have {held:,} and your quota "
-                f"allows {limits.sessions:,}. Nothing was started."
-            )
-    if limits.concurrent_runs is not None:
-        running = active_runs(user_id)
-        if running + n > limits.concurrent_runs:
-            raise QuotaExceeded(
-                f"{n} alternatives run {n} runs at once: you have {running:,} in progress and "
-                f"your limit is {limits.concurrent_runs:,} concurrent runs. Nothing was started."
-            )
-    if limits.runs_per_minute is not None:
-        now = quotas.clock.now()
-        recent = quotas.recent_admissions(user_id, now, limits.runs_per_minute)
-        if len(recent) + n > limits.runs_per_minute:
-            raise QuotaExceeded(
-                f"{n} alternatives are {n} runs: you have used {len(recent):,} of your "
-                f"{limits.runs_per_minute:,} runs per minute. Nothing was started."
-            )
-    if limits.limits_spending():
-        now = quotas.clock.now()
-        quotas.check_budget(limits, quotas.spent(user_id, now), now)
-
-
 def start_alternatives(
     *,
     session: Session,
@@ -103,7 +71,13 @@ def start_alternatives(
             raise InvalidInput("That message has no user turn to run again: give messages.")
         fork_at = start.parent_id  # its turn runs again, from just before it
         messages = [{"role": "user", "content": _text(start)}]
-    check_quota(user.pk, n)
+    quotas.check_room(
+        user_id=user.pk,
+        n=n,
+        what="alternatives",
+        sessions_held=lambda: Session.objects.filter(owner_id=user.pk).count(),
+        active_runs=lambda: active_runs(user.pk),
+    )
     group = ids.new_id("alt")
     forks: list[Session] = []
     for i in range(n):
