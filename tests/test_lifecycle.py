@@ -74,8 +74,8 @@ def test_a_heartbeat_that_cannot_renew_stops_the_run_and_a_second_worker_finishe
     assert (session.worktree / "log.txt").read_text() == "once\n"
 
 
-def test_a_queued_run_is_handed_the_session_by_the_one_that_finishes(owner):
-    """The hand-over is lifecycle's: the queued run starts when the holder ends."""
+def _queued_behind(owner) -> tuple[Session, Run, Run]:  # noqa: ANN001
+    """A session, a run that holds it for half a second, and a run queued behind it."""
     session = create_session(owner=owner)
     first = start_run(
         session=session,
@@ -88,6 +88,12 @@ def test_a_queued_run_is_handed_the_session_by_the_one_that_finishes(owner):
         messages=[{"role": "user", "content": "say second"}],
         multitask_strategy="enqueue",
     )
+    return session, first, second
+
+
+def test_a_queued_run_is_handed_the_session_by_the_one_that_finishes(owner):
+    """The hand-over is lifecycle's: the queued run starts when the holder ends."""
+    session, first, second = _queued_behind(owner)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         second.refresh_from_db()
@@ -115,16 +121,7 @@ def test_busy_is_said_once_per_run_by_what_gives_it_the_session(owner, monkeypat
         original(session_id, type, payload)
 
     monkeypatch.setattr(events.publisher, "publish", spy)
-    session = create_session(owner=owner)
-    first = start_run(
-        session=session, user=owner, messages=[{"role": "user", "content": "wait 0.5\nsay a"}]
-    )
-    second = start_run(
-        session=session,
-        user=owner,
-        messages=[{"role": "user", "content": "say b"}],
-        multitask_strategy="enqueue",
-    )
+    session, first, second = _queued_behind(owner)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and not (said and said[-1][0] == "idle"):
         time.sleep(0.05)
