@@ -143,11 +143,12 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
         active_runs=lambda: active_runs(locked.owner_id, run.id),
     )
     run.save()
-    waiting = Run.objects.filter(id=run.interrupted_run_id, status=Run.Status.REQUIRES_ACTION)
-    if busy and run.interrupted_run_id and waiting.exists():
+    waiting = False
+    if busy and run.interrupted_run_id:
+        waiting = Run.objects.filter(id=run.interrupted_run_id, status=S.REQUIRES_ACTION).exists()
+    if waiting:
         # The holder waits for its owner: nothing runs to be stopped. Its waiting calls are
-        # interrupted (8.4) and the session passes to the oldest queued run, this one or
-        # an earlier one.
+        # interrupted (8.4), the session passes to the oldest queued run (this or earlier).
         cancel_waiting(Run.objects.get(id=run.interrupted_run_id), reason="prompt")
     elif busy:
         if run.interrupted_run_id:
@@ -182,8 +183,7 @@ def held_by_another(session: Session, run_id: str) -> bool:
 
 @dataclass(frozen=True)
 class Begun:
-    """What ``begin`` decided: the run to execute now (``run``), nothing to do (``run`` is
-    None), or ``retry``: the session is still held by another worker's live lease."""
+    """What ``begin`` decided: the run to execute now, nothing (None), or ``retry`` later."""
 
     run: Run | None
     retry: bool = False
