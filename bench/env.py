@@ -131,6 +131,7 @@ class Proc:
 
 
 METRICS_TOKEN = "bench-metrics"
+LISTEN_BACKLOG = 1024  # as platform/Procfile, the systemd unit and the compose file listen
 
 
 @dataclass
@@ -193,10 +194,9 @@ class Env:
             f"daphne-{port}",
             [
                 str(VENV_BIN / "daphne"),
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
+                # As platform/Procfile listens: a queue of 1024 connections not yet accepted.
+                "-e",
+                f"tcp:port={port}:interface=127.0.0.1:backlog={LISTEN_BACKLOG}",
                 "config.asgi:application",
             ],
             # The streaming benchmark reads Daphne's fan-out histogram while it runs.

@@ -1,11 +1,12 @@
 """The deployment files agree on what the benchmarks measured (docs/operations.md, "CPU
 weights"; docs/benchmarks.md, "Streaming latency"): the web process (Daphne, every socket's
 frames) gets ten times the worker's share of a busy CPU, in the systemd units and in the
-compose file alike."""
+compose file alike, and listens with a queue of 1024 connections not yet accepted."""
 
 from __future__ import annotations
 
 import configparser
+import re
 from pathlib import Path
 
 import yaml
@@ -27,3 +28,26 @@ def test_the_web_unit_weighs_ten_times_the_worker_unit() -> None:
 def test_the_compose_file_weighs_web_as_the_units_do() -> None:
     services = yaml.safe_load((PLATFORM / "compose.yaml").read_text())["services"]
     assert services["web"]["cpu_shares"] == 10 * services["worker"]["cpu_shares"]
+
+
+def test_every_web_start_listens_with_the_benchmarked_backlog() -> None:
+    """Twisted's default listen queue (50, what ``-b``/``-p`` give) overflowed when 200 runs
+    were asked for at once: the kernel dropped 171 connections and their requests failed
+    (docs/operations.md, "Services mode")."""
+    from bench.env import LISTEN_BACKLOG
+
+    starts = {
+        "Procfile": (PLATFORM / "Procfile").read_text(),
+        "agentplat-web.service": _unit("agentplat-web.service")["ExecStart"],
+        "compose.yaml": yaml.safe_load((PLATFORM / "compose.yaml").read_text())["services"]["web"][
+            "command"
+        ],
+        "docs/operations.md": (PLATFORM.parent / "docs" / "operations.md").read_text(),
+    }
+    for name, text in starts.items():
+        lines = [line for line in text.splitlines() if "daphne " in line and "config.asgi" in line]
+        assert lines, name
+        for line in lines:
+            assert " -b " not in line and " -p " not in line, (name, line)
+            backlog = re.search(r"-e tcp:port=\S+:backlog=(\d+) ", line)
+            assert backlog and int(backlog.group(1)) == LISTEN_BACKLOG == 1024, (name, line)
