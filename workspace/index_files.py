@@ -9,8 +9,8 @@
   keeps in the git dir, a scratch index's too.
 * ``may_hold_gitlinks``: a scan of the index's bytes that tells, with no git process, that an
   index holds no gitlink (``Snapshots._drop_gitlinks`` then asks git for nothing).
-* ``written_as`` / ``remember_tree``: the tree id the index was last written as by this
-  process, while the index file is still that one (``Snapshots._track`` then starts no
+* ``written_as`` / ``remember_tree``: the tree id this process's last ``write-tree`` gave for
+  the index, while the index holds the same bytes (``Snapshots._track`` then starts no
   ``write-tree`` for an unchanged worktree: one git process fewer for each run's start).
 """
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import socket
 import threading
@@ -173,18 +174,20 @@ def _has_gitlink_bytes(path: Path) -> bool:
     return _GITLINK_SEEN[key]
 
 
-_trees: OrderedDict[str, tuple[tuple[int, ...], str]] = OrderedDict()
+_trees: OrderedDict[str, tuple[bytes, str]] = OrderedDict()
 _trees_lock = threading.Lock()
 
 
-def _identity(index: Path) -> tuple[int, ...] | None:
-    """What changes whenever git writes ``index`` (always a new file renamed over the old:
-    another inode, another change time), or None when there is none."""
+def _identity(index: Path) -> bytes | None:
+    """The digest of ``index``'s bytes, or None when there is none. The tree is a function of
+    them (the entries, and the shared part of a split index by its id): no file system's
+    timestamps or inode numbers are trusted for it (a worktree root on NFS). The index that
+    a snapshot rewrites is the split index's small part, so this reads kilobytes."""
     try:
-        st = index.stat()
+        data = index.read_bytes()
     except OSError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return hashlib.blake2b(data, digest_size=20).digest()
 
 
 def remember_tree(git_dir: Path, tree: str) -> None:
@@ -200,9 +203,9 @@ def remember_tree(git_dir: Path, tree: str) -> None:
 
 
 def written_as(git_dir: Path) -> str | None:
-    """The tree of the index of ``git_dir`` when the index file is still the one a
-    ``write-tree`` of this process left (a tree is a function of the index's content): no git
-    has written it since, so ``write-tree`` would give the same id. None otherwise."""
+    """The tree of the index of ``git_dir`` when the index holds what it held when a
+    ``write-tree`` of this process gave that tree (the same bytes: ``write-tree`` would give
+    the same id). None otherwise."""
     identity = _identity(git_dir / "index")
     with _trees_lock:
         known = _trees.get(str(git_dir))
