@@ -13,11 +13,23 @@ from pathlib import Path
 
 import httpx
 
+from bench.env import LISTEN_BACKLOG
 from tests.support import db_templates
 from tests.support.db_templates import manage
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+
+
+def daphne_command(port: int) -> list[str]:
+    """Daphne as platform/Procfile starts it: a listen queue of 1024 connections (Twisted's
+    default of 50 overflowed when 200 requests arrived at once: tests/e2e/test_waits.py)."""
+    return [
+        str(BIN / "daphne"),
+        "-e",
+        f"tcp:port={port}:interface=127.0.0.1:backlog={LISTEN_BACKLOG}",
+        "config.asgi:application",
+    ]
 
 
 def free_port() -> int:
@@ -84,7 +96,7 @@ class Processes:
         port = free_port()
         proc = self.start(
             "daphne",
-            [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+            daphne_command(port),
             env,
             log_dir,
         )
@@ -258,7 +270,7 @@ class ServicesServer:
                 proc.wait(10)
         proc = self.procs.start(
             "daphne",
-            [str(BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
+            daphne_command(port),
             self.env,
             self.tmp,
         )
