@@ -70,6 +70,11 @@ def test_an_unchanged_worktree_costs_no_write_tree(snap, monkeypatch):
     started.clear()
     assert snap.track() == first and "write-tree" in started
     assert Snapshots(git_dir=snap.git_dir, worktree=snap.worktree).track() == first
+    # A tree that is not the git dir's last-tree any more is not one the prune keeps: git
+    # writes (and freshens) it again.
+    (snap.git_dir / "last-tree").write_text(second)
+    started.clear()
+    assert snap.track() == first and "write-tree" in started
 
 
 def test_restore_reproduces_a_tree_exactly(snap):

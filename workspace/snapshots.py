@@ -261,9 +261,11 @@ class Snapshots:
     def _track(self, index: str | None) -> str:
         self._add_all(index)
         # The session's index as the last write-tree here left it (``add`` found nothing to
-        # change): the same tree, with no git process for it.
+        # change): the same tree, with no git process for it — while it is still the git
+        # dir's ``last-tree``, which ``store.prune_store`` keeps (write-tree would have
+        # freshened it).
         known = index_files.written_as(self.git_dir) if index is None else None
-        if known:
+        if known and known == self._last_tree():
             return known
         tree = self.git("write-tree", index=index).strip()
         last = self._last_tree()
