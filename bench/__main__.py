@@ -1,5 +1,5 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
-sandbox, snapshots, repo, abort, fork, load, render, paint, quota, branches, chaos.
+sandbox, snapshots, repo, abort, fork, load, render, paint, quota, branches, api, chaos.
 
 ``chaos`` (the chaos test at length: ``--minutes``, 30 by default) runs only when named with
 ``--only``; the others run by default.
@@ -38,6 +38,7 @@ BENCHES = (
     "paint",
     "quota",
     "branches",
+    "api",
     "chaos",
 )
 # Run only when named (``--only chaos``): half an hour of faults.
@@ -361,6 +362,7 @@ SIMPLE = (
     ("paint", "chat paint figures in Chromium (FCP, LCP, TBT), before vs after", "paint", True),
     ("quota", "quota check on a run request, 1 and 1,000,000 usage rows", "quota", True),
     ("branches", "branches as workspaces (blame: 5,000 lines, 200 steps)", "branches", True),
+    ("api", "web process CPU per API request, before vs after", "api_cost", True),
 )
 
 

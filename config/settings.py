@@ -66,16 +66,17 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
+    # Django's, with the hooks that do no I/O run on the server's loop (config/middleware.py).
+    "config.middleware.SecurityMiddleware",
     # Before axes' middleware, so that the lockout page it puts in place gets the policy too.
-    "csp.middleware.CSPMiddleware",
+    "config.middleware.CSPMiddleware",
     "sessions_app.api.guards.NulGuardMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "config.middleware.SessionMiddleware",
+    "config.middleware.CommonMiddleware",
+    "config.middleware.CsrfViewMiddleware",
+    "config.middleware.AuthenticationMiddleware",
+    "config.middleware.MessageMiddleware",
+    "config.middleware.XFrameOptionsMiddleware",
     # Last, as axes asks: it turns a login that its backend refused into the 429 page.
     "axes.middleware.AxesMiddleware",
 ]
