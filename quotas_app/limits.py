@@ -20,6 +20,8 @@ from decimal import Decimal
 from django.conf import settings
 from django.db.models import Q
 
+from core.compiled import Compiled
+
 from .models import Quota
 
 NAMES = (
@@ -91,12 +93,17 @@ def resolve(user_row: dict | None, group_rows: list[dict]) -> Limits:
     return Limits(**resolved, sources=sources)  # type: ignore[arg-type]
 
 
+# Every run request and every run start reads the limits: compiled once (core/compiled.py).
+_QUOTA_ROWS = Compiled(
+    lambda user_id: Quota.objects.filter(Q(user_id=user_id) | Q(group__user=user_id)).values(
+        "user_id", "group__name", *NAMES
+    ),
+    user_id=int,
+)
+
+
 def effective(user_id: int) -> Limits:
     """The user's limits: one query for their own quota and their groups'."""
-    rows = list(
-        Quota.objects.filter(Q(user_id=user_id) | Q(group__user=user_id)).values(
-            "user_id", "group__name", *NAMES
-        )
-    )
+    rows = _QUOTA_ROWS.dicts(user_id=user_id)
     own = next((row for row in rows if row["user_id"] == user_id), None)
     return resolve(own, [row for row in rows if row["user_id"] is None])

@@ -61,7 +61,7 @@ from sessions_app.services import lock
 from . import runtime, unfinished
 from .fencing import LeaseLost
 from .models import Run
-from .selectors import active_runs, run_data
+from .selectors import active_runs, run_data, run_row
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def begin(run_id: str) -> Begun:
     beside it: found by the chaos test.)"""
     with transaction.atomic():
         locked = lock.lock_session_of_run(run_id)
-        run = Run.objects.filter(id=run_id).first() if locked is not None else None
+        run = run_row(run_id) if locked is not None else None
         if run is None or run.is_terminal or run.status == Run.Status.REQUIRES_ACTION:
             # Ended, or waiting for its owner: the decision enqueues it again.
             return Begun(None)

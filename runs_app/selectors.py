@@ -2,12 +2,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.compiled import Compiled
 from core.errors import NotFoundError
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import _iso, all_messages
 
 from .models import Run
 from .transcript import entries
+
+# Every run start reads its run: compiled once (core/compiled.py).
+_RUN = Compiled(lambda id: Run.objects.filter(id=id)[:1], id=str)
+
+
+def run_row(run_id: str) -> Run | None:
+    """The run ``run_id``, or None."""
+    return _RUN.first(id=run_id)
 
 
 def run_for_user(user, run_id: str) -> Run:  # noqa: ANN001

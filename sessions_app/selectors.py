@@ -9,18 +9,24 @@ from typing import Any, BinaryIO
 
 from django.conf import settings
 
+from core.compiled import Compiled
 from core.errors import InvalidInput, NotFoundError
 from workspace import worktree_files
 
 from . import permissions
 from .models import HistoryEvent, Message, Part, Session
 
+# Every session-scoped API request reads its session: compiled once (core/compiled.py).
+_OWN_SESSION = Compiled(
+    lambda id, owner_id: Session.objects.filter(id=id, owner_id=owner_id)[:1], id=str, owner_id=int
+)
+
 
 def session_for_user(user, session_id: str) -> Session:  # noqa: ANN001
     """The session if ``user`` may see it; NotFoundError otherwise (no existence leak)."""
     if not getattr(user, "is_authenticated", False):
         raise NotFoundError("No such session.")
-    session = Session.objects.filter(id=session_id, owner_id=user.pk).first()
+    session = _OWN_SESSION.first(id=session_id, owner_id=user.pk)
     if session is None:
         raise NotFoundError("No such session.")
     return session

@@ -30,6 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core import metrics
+from core.compiled import Compiled
 from core.errors import NotFoundError, SessionBusyError
 
 from ..models import Session
@@ -43,11 +44,23 @@ def _lease_end():  # noqa: ANN202
     return timezone.now() + timedelta(seconds=settings.RUN_LEASE_SECONDS)
 
 
+# Every run request, start and end locks its session: compiled once (core/compiled.py).
+_LOCK = Compiled(
+    lambda id: Session.objects.select_for_update(no_key=True).filter(id=id)[:1], id=str
+)
+_LOCK_OF_RUN = Compiled(
+    lambda run_id: Session.objects.select_for_update(of=("self",), no_key=True).filter(
+        runs__id=run_id
+    )[:1],
+    run_id=str,
+)
+
+
 def lock_session(session_id: str) -> Session:
     """The session row, locked until the transaction ends (call inside ``atomic``), busy or
     not: for the run lifecycle, which decides what a busy session means for its move."""
     with metrics.row_lock_wait():
-        session = Session.objects.select_for_update(no_key=True).filter(id=session_id).first()
+        session = _LOCK.first(id=session_id)
     if session is None:
         raise NotFoundError("No such session.")
     return session
@@ -58,11 +71,7 @@ def lock_session_of_run(run_id: str) -> Session | None:
     statement: only the session row is locked, the run's is read for the join); None when
     no such run exists."""
     with metrics.row_lock_wait():
-        return (
-            Session.objects.select_for_update(of=("self",), no_key=True)
-            .filter(runs__id=run_id)
-            .first()
-        )
+        return _LOCK_OF_RUN.first(run_id=run_id)
 
 
 def lock_idle_session(session_id: str, *, holder_run_id: str | None = None) -> Session:

@@ -1,0 +1,131 @@
+"""core/compiled.py: a queryset compiled once, run again with other values, gives what the
+ORM gives; the hot reads use it (no compilation per request or run start)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from decimal import Decimal
+from unittest import mock
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from django.db.models.sql.compiler import SQLCompiler
+
+from core.compiled import Compiled
+from quotas_app.limits import NAMES, effective, resolve
+from quotas_app.models import Quota
+from runs_app.selectors import run_row
+from sessions_app.models import Session
+from sessions_app.selectors import session_for_user
+from sessions_app.services import lock
+from sessions_app.services.sessions import create_session
+
+from .conftest import submitted
+
+
+@contextmanager
+def compiled_models() -> Iterator[list[type]]:
+    """The model of every queryset compiled meanwhile."""
+    seen: list[type] = []
+    original = SQLCompiler.as_sql
+
+    def recording(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        seen.append(self.query.model)
+        return original(self, *args, **kwargs)
+
+    with mock.patch.object(SQLCompiler, "as_sql", recording):
+        yield seen
+
+
+def fields(instance: object, model: type) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in model._meta.concrete_fields}
+
+
+def _rich_session(owner) -> Session:  # noqa: ANN001
+    session = create_session(owner=owner, title="rich")
+    Session.objects.filter(id=session.id).update(
+        usage={"input_tokens": 7, "cost_usd": 0.5},
+        revert={"message_id": "msg_x", "snapshot": "abc"},
+    )
+    return Session.objects.get(id=session.id)
+
+
+def test_a_session_read_is_the_orms(owner, outsider):
+    session = _rich_session(owner)
+    assert fields(session_for_user(owner, session.id), Session) == fields(session, Session)
+    assert session_for_user(owner, session.id).usage == {"input_tokens": 7, "cost_usd": 0.5}
+    for user, sid in ((outsider, session.id), (owner, "ses_nope")):
+        with pytest.raises(Exception, match="No such session"):
+            session_for_user(user, sid)
+
+
+def test_the_locks_are_the_orms_and_lock(owner):
+    session = _rich_session(owner)
+    run = submitted(owner, "say hi")
+    with transaction.atomic():
+        assert fields(lock.lock_session(session.id), Session) == fields(session, Session)
+        assert lock.lock_session_of_run(run.id).id == run.session_id
+        assert lock.lock_session_of_run("run_nope") is None
+    assert "FOR NO KEY UPDATE" in lock._LOCK._compile().sql
+    assert 'FOR NO KEY UPDATE OF "sessions_app_session"' in lock._LOCK_OF_RUN._compile().sql
+    assert fields(run_row(run.id), type(run)) == fields(type(run).objects.get(id=run.id), type(run))
+    assert run_row("run_nope") is None
+
+
+def test_the_limits_are_the_orms(owner, outsider):
+    group = Group.objects.create(name="team")
+    owner.groups.add(group)
+    Quota.objects.create(user=owner, runs_per_minute=3)
+    Quota.objects.create(group=group, runs_per_minute=9, cost_per_month=Decimal("12.50"))
+    for user in (owner, outsider):
+        rows = list(
+            Quota.objects.filter(user_id=user.pk)
+            .union(Quota.objects.filter(group__user=user.pk))
+            .values_list("id", flat=True)
+        )
+        by_orm = list(Quota.objects.filter(id__in=rows).values("user_id", "group__name", *NAMES))
+        own = next((r for r in by_orm if r["user_id"] == user.pk), None)
+        assert effective(user.pk) == resolve(own, [r for r in by_orm if r["user_id"] is None])
+    assert effective(owner.pk).runs_per_minute == 3
+    assert effective(owner.pk).cost_per_month == Decimal("12.50")
+
+
+def test_a_second_request_compiles_no_read_of_its_session(api, sid):
+    assert api.get(f"/api/sessions/{sid}/").status_code == 200
+    with compiled_models() as seen:
+        assert api.get(f"/api/sessions/{sid}/").status_code == 200
+    assert Session not in seen
+
+
+def test_a_run_request_compiles_neither_its_lock_nor_the_limits(api, sid, owner):
+    body = {"messages": [{"role": "user", "content": "say hi"}]}
+    other = create_session(owner=owner).id
+    assert api.post(f"/api/sessions/{other}/runs/", body, format="json").status_code == 202
+    with compiled_models() as seen:
+        assert api.post(f"/api/sessions/{sid}/runs/", body, format="json").status_code == 202
+    assert Session not in seen and Quota not in seen
+
+
+def test_values_that_do_not_reach_the_sql_unchanged_are_refused(db):
+    contains = Compiled(lambda title: Session.objects.filter(title__icontains=title), title=str)
+    with pytest.raises(ImproperlyConfigured, match="no value's"):
+        contains.first(title="x")
+    unused = Compiled(lambda id, other: Session.objects.filter(id=id), id=str, other=str)
+    with pytest.raises(ImproperlyConfigured, match="reach no parameter"):
+        unused.first(id="x", other="y")
+    joined = Compiled(lambda id: Session.objects.select_related("owner").filter(id=id), id=str)
+    with pytest.raises(ImproperlyConfigured, match="whole rows"):
+        joined.first(id="x")
+    with pytest.raises(ImproperlyConfigured, match="only str and int"):
+        Compiled(lambda at: Session.objects.filter(created_at=at), at=float).first(at=1.0)
+
+
+def test_the_values_must_be_the_named_ones(owner):
+    session = create_session(owner=owner)
+    by_id = Compiled(lambda id: Session.objects.filter(id=id)[:1], id=str)
+    assert by_id.first(id=session.id).id == session.id
+    with pytest.raises(TypeError, match="expected the values"):
+        by_id.first(pk=session.id)
