@@ -24,6 +24,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from django.db.models import Model, QuerySet
 from django.db.models.sql.compiler import SQLCompiler
+from django.db.transaction import TransactionManagementError
 
 M = TypeVar("M", bound=Model)
 _MARKER_INT = -(2**62)  # no id is negative
@@ -36,6 +37,7 @@ class _Ready:
     compiler: SQLCompiler
     alias: str
     names: tuple[str, ...]  # a model's field attnames, or a values() queryset's keys
+    locking: bool  # select_for_update(): only inside a transaction, as the ORM insists
 
 
 class Compiled(Generic[M]):
@@ -81,13 +83,18 @@ class Compiled(Generic[M]):
             names = tuple(f.attname for f in queryset.model._meta.concrete_fields)
             if query.deferred_loading != (frozenset(), True) or query.select_related:
                 raise ImproperlyConfigured("only whole rows of one model are compiled")
-        return _Ready(sql, tuple(order), compiler, queryset.db, names)
+        return _Ready(sql, tuple(order), compiler, queryset.db, names, query.select_for_update)
 
     def _rows(self, ready: _Ready, values: dict[str, Any]) -> list[tuple]:
         if set(values) != set(self._kinds):
             raise TypeError(f"expected the values {sorted(self._kinds)}")
         params = [values[name] for name in ready.order]
-        with connections[ready.alias].cursor() as cursor:
+        connection = connections[ready.alias]
+        if ready.locking and connection.get_autocommit():
+            raise TransactionManagementError(
+                "select_for_update cannot be used outside of a transaction."
+            )
+        with connection.cursor() as cursor:
             cursor.execute(ready.sql, params)
             rows = cursor.fetchall()
         # The compiler's conversions, as the ORM applies them (a JSON field's decoding).

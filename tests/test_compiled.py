@@ -75,6 +75,15 @@ def test_the_locks_are_the_orms_and_lock(owner):
     assert run_row("run_nope") is None
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_lock_outside_a_transaction_is_refused_as_the_orm_refuses_it(owner):
+    from django.db.transaction import TransactionManagementError
+
+    session = create_session(owner=owner)
+    with pytest.raises(TransactionManagementError):
+        lock.lock_session(session.id)
+
+
 def test_the_limits_are_the_orms(owner, outsider):
     group = Group.objects.create(name="team")
     owner.groups.add(group)
