@@ -118,6 +118,31 @@ def test_a_run_request_compiles_neither_its_lock_nor_the_limits(api, sid, owner)
     assert Session not in seen and Quota not in seen
 
 
+def test_a_token_s_user_is_read_without_compiling(api, sid, owner):
+    from django.contrib.auth.models import User
+    from rest_framework.authtoken.models import Token
+
+    assert api.get(f"/api/sessions/{sid}/").status_code == 200
+    with compiled_models() as seen:
+        assert api.get(f"/api/sessions/{sid}/").status_code == 200
+    assert User not in seen and Token not in seen
+
+
+def test_a_token_is_refused_as_drf_refuses_it(api, sid, owner):
+    from .conftest import client_for
+
+    stranger = client_for(None)
+    stranger.credentials(HTTP_AUTHORIZATION="Token not-a-token")
+    refused = stranger.get(f"/api/sessions/{sid}/")
+    assert refused.status_code == 401
+    assert refused.json()["error"]["message"] == "Invalid token."
+    owner.is_active = False
+    owner.save()
+    inactive = api.get(f"/api/sessions/{sid}/")
+    assert inactive.status_code == 401
+    assert inactive.json()["error"]["message"] == "User inactive or deleted."
+
+
 def test_values_that_do_not_reach_the_sql_unchanged_are_refused(db):
     contains = Compiled(lambda title: Session.objects.filter(title__icontains=title), title=str)
     with pytest.raises(ImproperlyConfigured, match="no value's"):
