@@ -163,6 +163,9 @@ export function applyToolOutput(ev) {
   const part = parts.get(ev.part_id);
   if (!part) return "gap";
   const state = (part.state = { ...(part.state || {}) });
+  // Only a running call prints: its "running" may have gone by while the path was read again
+  // (the read found it pending: running is said live, stored with the output later).
+  if (state.status === "pending") state.status = "running";
   const have = state.output || "";
   const haveCount = part.outputCount ?? codePoints(have);
   const added = [...ev.text];
