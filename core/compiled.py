@@ -83,7 +83,10 @@ class Compiled(Generic[M]):
             names = tuple(f.attname for f in queryset.model._meta.concrete_fields)
             if query.deferred_loading != (frozenset(), True) or query.select_related:
                 raise ImproperlyConfigured("only whole rows of one model are compiled")
-        return _Ready(sql, tuple(order), compiler, queryset.db, names, query.select_for_update)
+        # As the ORM: FOR UPDATE (and its refusal outside a transaction) where the database
+        # has it; SQLite (embedded mode) has not.
+        locking = query.select_for_update and compiler.connection.features.has_select_for_update
+        return _Ready(sql, tuple(order), compiler, queryset.db, names, locking)
 
     def _rows(self, ready: _Ready, values: dict[str, Any]) -> list[tuple]:
         if set(values) != set(self._kinds):

@@ -84,6 +84,21 @@ def test_a_lock_outside_a_transaction_is_refused_as_the_orm_refuses_it(owner):
         lock.lock_session(session.id)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_database_without_for_update_is_read_as_the_orm_reads_it(owner, monkeypatch):
+    """SQLite (embedded mode): the ORM drops FOR UPDATE there, and refuses nothing outside a
+    transaction; so does a compiled read."""
+    from django.db import connection
+
+    monkeypatch.setattr(connection.features, "has_select_for_update", False)
+    session = create_session(owner=owner)
+    orm = Session.objects.select_for_update().filter(id=session.id)
+    assert orm.first().id == session.id  # no TransactionManagementError
+    compiled = Compiled(lambda id: Session.objects.select_for_update().filter(id=id)[:1], id=str)
+    assert compiled.first(id=session.id).id == session.id
+    assert "FOR UPDATE" not in compiled._compile().sql
+
+
 def test_the_limits_are_the_orms(owner, outsider):
     group = Group.objects.create(name="team")
     owner.groups.add(group)
