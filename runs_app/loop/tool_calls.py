@@ -106,9 +106,10 @@ class ToolRunner(LoopState):
 
     def tool_output(self, part: Part) -> Callable[[str], Awaitable[None]]:
         """What a running tool prints: into its part's ``state.output``, out to the browsers
-        as ``tool-output-delta`` (framed like text deltas), and written every
-        ``STREAM_FLUSH_SECONDS`` so that a reload mid-command shows the output so far."""
-        last_write = time.monotonic()
+        as ``tool-output-delta`` (framed like text deltas), and written at its first output
+        and then every ``STREAM_FLUSH_SECONDS``, so that a reload mid-command shows the call
+        running (said live when it started, stored from then on) and the output so far."""
+        last_write: float | None = None
 
         async def output(text: str) -> None:
             nonlocal last_write
@@ -123,7 +124,7 @@ class ToolRunner(LoopState):
                 text=text,
             )
             now = time.monotonic()
-            due = now - last_write >= settings.STREAM_FLUSH_SECONDS
+            due = last_write is None or now - last_write >= settings.STREAM_FLUSH_SECONDS
             if due and self.mode != Session.Checkpoint.RUNS and not self.control.stopped():
                 last_write = now
                 self.writer.touch(part, "state")

@@ -36,6 +36,37 @@ def _tool_part(http: httpx.Client, sid: str) -> dict | None:
     return None
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_command_that_printed_is_stored_running_with_its_output(procs, tmp_path):
+    """A reload during a command's silence after its first line shows it running with that
+    line: the first output is written at once (found by a CI run, where the part read back
+    right after a line had streamed was still ``pending``: "running" was said live and
+    stored only with the output half a second later)."""
+    stack = api_stack(procs, tmp_path, "printer", AGENT_ALLOW_SHELL="true")
+    procs.worker(stack.env, tmp_path)
+    http, host, token = stack.http, stack.host, stack.token
+    sid = http.post("/api/sessions/", json={"title": "silence"}).json()["id"]
+    events = Events(host, sid, token)
+    try:
+        script = "shell echo first; sleep 4; echo second"
+        run_id = http.post(
+            f"/api/sessions/{sid}/runs/", json={"messages": [{"content": script}]}
+        ).json()["id"]
+        wait_until(
+            lambda: any(e["type"] == "tool-output-delta" for e in events.events), 20, "output"
+        )
+        wait_until(
+            lambda: (_tool_part(http, sid) or {}).get("state", {}).get("output") == "first\n",
+            2.5,
+            "the first line stored while the command is silent",
+        )
+        assert _tool_part(http, sid)["state"]["status"] == "running"
+        assert events.wait_for_run_end(run_id)["status"] == "completed"
+        assert _tool_part(http, sid)["state"]["output"] == "first\nsecond\n"
+    finally:
+        events.close()
+
+
 def _alive(marker: str) -> list[str]:
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
