@@ -22,30 +22,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .env import LISTEN_BACKLOG, ROOT, VENV_BIN, Env, cpu_seconds, free_port, wait_port
+from .env import Env, cpu_seconds
 from .paint import _tree_of
 from .stats import ratio
 
 BEFORE = "5947d54"  # before config/middleware.py
 BLOCK = 50
-
-
-def _serve(env: Env, name: str, tree: Path) -> tuple[Any, int]:
-    port = free_port()
-    proc = env.spawn(
-        f"daphne-{name}-{port}",
-        [
-            str(VENV_BIN / "daphne"),
-            "-e",
-            f"tcp:port={port}:interface=127.0.0.1:backlog={LISTEN_BACKLOG}",
-            "config.asgi:application",
-        ],
-        cwd=tree,
-        PYTHONPATH=str(tree),
-        ASGI_THREADS="32",
-    )
-    wait_port(port, proc=proc.popen)
-    return proc, port
 
 
 def run(env: Env, *, quick: bool) -> dict[str, Any]:
@@ -69,7 +51,10 @@ def run(env: Env, *, quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
         results["before"] = _tree_of(os.environ.get("API_BEFORE", BEFORE), Path(tmp))
         results["after"] = "working tree"
-        servers = {"before": _serve(env, "before", Path(tmp)), "after": _serve(env, "after", ROOT)}
+        servers = {
+            "before": env.daphne(equal=True, tree=Path(tmp)),
+            "after": env.daphne(equal=True),
+        }
         clients = {
             name: httpx.Client(
                 base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Token {token}"}

@@ -186,9 +186,9 @@ class Env:
             check=True,
         )
 
-    def daphne(self, equal: bool = False) -> tuple[Proc, int]:
+    def daphne(self, equal: bool = False, tree: Path = ROOT) -> tuple[Proc, int]:
         """Daphne on a free port, its CPU weight as deployed (ten times the others') unless
-        ``equal``."""
+        ``equal``, serving the project in ``tree`` (another commit's copy, say)."""
         port = free_port()
         proc = self.spawn(
             f"daphne-{port}",
@@ -199,6 +199,8 @@ class Env:
                 f"tcp:port={port}:interface=127.0.0.1:backlog={LISTEN_BACKLOG}",
                 "config.asgi:application",
             ],
+            cwd=tree,
+            PYTHONPATH=str(tree),
             # The streaming benchmark reads Daphne's fan-out histogram while it runs.
             METRICS_TOKEN=METRICS_TOKEN,
             ASGI_THREADS="32",  # as platform/Procfile starts it

@@ -5,13 +5,10 @@ chat then shows what a reload shows."""
 
 from __future__ import annotations
 
-import json
-import re
-
 from core.ids import message_id, part_id
 from realtime import events
 
-from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
+from .ui import LAST_ASSISTANT_TEXT, filter_session_events, login, new_session, send, wait_idle
 
 # What the reader sees of each message: its role and the text of its parts.
 SHOWN = """() => [...document.querySelectorAll('#messages .msg')].map((m) => [
@@ -42,20 +39,13 @@ def test_missed_events_are_noticed_by_prev_and_the_chat_reads_the_database(page,
     dropping = {"on": False}
     dropped: list[str] = []
 
-    def lossy(ws) -> None:  # noqa: ANN001 - Playwright's WebSocketRoute
-        server_side = ws.connect_to_server()
+    def keep(event: dict) -> bool:
+        if dropping["on"] and event.get("type") not in ("session.status", "subscribed"):
+            dropped.append(event["type"])
+            return False
+        return True
 
-        def from_server(message: str | bytes) -> None:
-            event = json.loads(message)
-            if dropping["on"] and event.get("type") not in ("session.status", "subscribed"):
-                dropped.append(event["type"])
-                return
-            ws.send(message)
-
-        server_side.on_message(from_server)
-        ws.on_message(server_side.send)
-
-    page.route_web_socket(re.compile(r"/ws/sessions/"), lossy)
+    filter_session_events(page, keep)
     login(page, server)
     new_session(page)
     send(page, "say the first answer")
@@ -115,22 +105,16 @@ def test_a_run_whose_last_events_never_came_is_read_again_after_a_quiet_while(pa
     nothing for ``QUIET_MS`` (10 s), reads the session again and shows what it holds."""
     dropping = {"on": False, "armed": False}
 
-    def silent(ws) -> None:  # noqa: ANN001 - Playwright's WebSocketRoute
-        server_side = ws.connect_to_server()
+    def keep(event: dict) -> bool:
+        if dropping["on"] and event.get("type") != "subscribed":
+            return False  # as if the worker died after committing: no later event, no gap
+        if dropping["armed"] and event.get("type") == "session.status":
+            # The chat knows the run is under way (this event still reaches it); everything
+            # after it is lost.
+            dropping["on"] = event.get("status") == "busy"
+        return True
 
-        def from_server(message: str | bytes) -> None:
-            event = json.loads(message)
-            if dropping["on"] and event.get("type") != "subscribed":
-                return  # as if the worker died after committing: no later event, no gap
-            ws.send(message)
-            if dropping["armed"] and event.get("type") == "session.status":
-                # The chat knows the run is under way; everything after it is lost.
-                dropping["on"] = event.get("status") == "busy"
-
-        server_side.on_message(from_server)
-        ws.on_message(server_side.send)
-
-    page.route_web_socket(re.compile(r"/ws/sessions/"), silent)
+    filter_session_events(page, keep)
     login(page, server)
     new_session(page)
     send(page, "say the first answer")

@@ -6,12 +6,9 @@ was shown under a pending call, not as live output, until the command ended."""
 
 from __future__ import annotations
 
-import json
-import re
-
 import pytest
 
-from .ui import login, new_session, send, wait_idle
+from .ui import filter_session_events, login, new_session, send, wait_idle
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -19,22 +16,15 @@ pytestmark = pytest.mark.timeout(120)
 def test_output_that_comes_after_a_missed_running_event_is_shown_live(page, server):
     dropped: list[dict] = []
 
-    def without_running(ws) -> None:  # noqa: ANN001 - Playwright's WebSocketRoute
-        server_side = ws.connect_to_server()
+    def keep(event: dict) -> bool:
+        part = event.get("part") or {}
+        running = (part.get("state") or {}).get("status") == "running"
+        if part.get("tool") == "shell" and running:
+            dropped.append(part)  # the chat never hears that the call runs
+            return False
+        return True
 
-        def from_server(message: str | bytes) -> None:
-            event = json.loads(message)
-            part = event.get("part") or {}
-            state = part.get("state") or {}
-            if part.get("tool") == "shell" and state.get("status") == "running":
-                dropped.append(part)  # the chat never hears that the call runs
-                return
-            ws.send(message)
-
-        server_side.on_message(from_server)
-        ws.on_message(server_side.send)
-
-    page.route_web_socket(re.compile(r"/ws/sessions/"), without_running)
+    filter_session_events(page, keep)
     login(page, server)
     new_session(page)
     send(page, "shell for i in 1 2 3 4 5; do echo line$i; sleep 0.6; done")

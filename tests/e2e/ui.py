@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from collections.abc import Callable
 
 LAST_ASSISTANT_TEXT = """() => {
   const all = document.querySelectorAll('#messages .msg.assistant');
@@ -82,3 +84,21 @@ def files_on_disk(server, session_id: str) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and ".git" not in p.relative_to(root).parts
     }
+
+
+def filter_session_events(page, keep: Callable[[dict], bool]) -> None:  # noqa: ANN001
+    """Route the chat's session socket through ``keep``: an event the server sends that
+    ``keep(event)`` refuses never reaches the page (a lossy path); the page's own messages
+    pass."""
+
+    def route(ws) -> None:  # noqa: ANN001 - Playwright's WebSocketRoute
+        server_side = ws.connect_to_server()
+
+        def from_server(message: str | bytes) -> None:
+            if keep(json.loads(message)):
+                ws.send(message)
+
+        server_side.on_message(from_server)
+        ws.on_message(server_side.send)
+
+    page.route_web_socket(re.compile(r"/ws/sessions/"), route)
