@@ -13,7 +13,7 @@ import {
   onForget, pathIds, textOf,
 } from "./store.js";
 import { render, showSession } from "./render.js";
-import { loadMessages, loadTree } from "./sync.js";
+import { loadMessages, loadTree, pathMoving } from "./sync.js";
 import { notice } from "./controls.js";
 
 let continueFrom = null; // {run_id, index, message_id} while "continue from here" is armed
@@ -174,6 +174,7 @@ export function laterBranch() {
 
 async function switchHead(messageId) {
   showError("");
+  pathMoving(); // what is read of the old path from now on answers too late
   try {
     showSession(await call("POST", api("/head/"), { message_id: messageId }));
     await loadMessages(false);

@@ -16,6 +16,13 @@ import { flush, render, scrollToEndNext, showSession } from "./render.js";
 import { showStatus } from "./controls.js";
 
 let refetchTimer = null;
+// Reads of the whole path begun (the head moved, or is moving): a read of messages begun
+// before the latest of them answers for a path that may not be shown any more.
+let pathReads = 0;
+
+export function pathMoving() {
+  pathReads++;
+}
 
 export function scheduleRefetch(delay = 250) {
   if (refetchTimer) return;
@@ -57,6 +64,7 @@ async function runResync() {
     resyncFinal = false;
     const seen = touched;
     touched = new Set();
+    const begun = pathReads;
     let fresh, page;
     try {
       [fresh, page] = await Promise.all([call("GET", api("/")), call("GET", api("/messages/"))]);
@@ -67,6 +75,14 @@ async function runResync() {
       return;
     }
     if (sid !== currentSessionId()) break;
+    if (begun !== pathReads) {
+      // The path moved while this was read (a branch switch): read again after its reload.
+      for (const id of seen) touched.add(id);
+      resyncWanted = true;
+      resyncFinal ||= final;
+      resyncTimer = setTimeout(runResync, 200);
+      return;
+    }
     for (const id of touched) seen.add(id);
     // No run holds the session: what it stored is all there is (live objects merged).
     const exact = final || !LIVE.includes(fresh.status);
@@ -128,9 +144,11 @@ let loadingOlder = false;
 
 export async function loadMessages(merge) {
   const sid = currentSessionId();
+  const begun = merge ? pathReads : ++pathReads;
   const page = merge ? await call("GET", api("/messages/"))
     : await firstRead("messages", () => call("GET", api(`/messages/?limit=${FIRST_PAGE}`)));
   if (sid !== currentSessionId()) return; // the sidebar switched sessions meanwhile
+  if (begun !== pathReads) return; // the path moved meanwhile: its own read has it
   if (!merge) scrollToEndNext();
   readPage(page, merge, merge ? undefined : fullPages(page.previous));
 }

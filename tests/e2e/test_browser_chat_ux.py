@@ -54,6 +54,44 @@ def test_edit_starts_a_branch_and_the_switcher_shows_each_branch_with_its_files(
     assert page.locator("#messages .msg.user .branches .count").first.inner_text() == "1/2"
 
 
+def test_a_read_of_the_path_that_answers_after_a_branch_switch_is_set_aside(page, server):
+    """Found by CI: the read of the whole path that a run's end asks for was answered after
+    the reader had switched to the other branch, and put the branch they had left back on
+    the screen. Here that read is held until after the switch."""
+    login(page, server)
+    new_session(page)
+    send(page, "say first")
+    answer(page, "first")
+    first_user = page.locator("#messages .msg.user").first
+    first_user.hover()
+    first_user.get_by_role("button", name="Edit", exact=True).click()
+    first_user.locator("textarea.edit-text").fill("say second")
+    held, holding = [], [True]
+
+    def hold(route) -> None:  # noqa: ANN001 - read by the server now, handed over later
+        if not holding[0]:
+            route.continue_()
+            return
+        held.append((route, route.fetch()))
+
+    page.route("**/messages/", hold)  # the unpaged reads (a resync, a refetch), not a reload's
+    first_user.get_by_role("button", name="Send the edited message").click()
+    answer(page, "second")
+    for _ in range(50):  # the end's read of the path (a resync) goes out after the answer
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert held, "the run's end read the path"
+    page.locator("#messages .msg.user").first.get_by_role("button", name="Previous branch").click()
+    page.wait_for_function(f"() => ({USERS})()[0] === 'say first'")
+    holding[0] = False
+    for route, response in held:
+        route.fulfill(response=response)  # the branch left, answered last
+    page.wait_for_timeout(1_500)
+    assert page.evaluate(USERS) == ["say first"]
+    assert page.evaluate(f"() => ({LAST_ASSISTANT_TEXT})()") == "first"
+
+
 def test_the_sidebar_searches_makes_and_switches_sessions_without_a_reload(page, server):
     login(page, server)
     first = new_session(page)
