@@ -327,3 +327,37 @@ def test_an_index_lock_is_never_removed_from_under_a_live_owner(snap):
     tree = snap.track()
     assert not lock.exists()
     assert (snap.git_dir / "last-tree").read_text() == tree
+
+
+def test_a_git_dir_made_by_many_requests_at_once_is_made_whole(tmp_path):
+    """A page's first requests of a session without a git dir yet (the files and the files
+    not kept, at once: a CI run's 500) each make it: the objects link and the files written
+    under one shared scratch name raced. Each step now tolerates another's."""
+    import threading
+
+    from workspace import git_dirs
+
+    for round_ in range(5):
+        git_dir, worktree, objects = (tmp_path / f"{round_}-{n}" for n in ("git", "wt", "store"))
+        start, failures = threading.Barrier(12), []
+
+        def make(
+            git_dir=git_dir, worktree=worktree, objects=objects, start=start, failures=failures
+        ) -> None:  # noqa: ANN001
+            start.wait()
+            try:
+                git_dirs.make_git_dir(git_dir, worktree, objects, ["*.log"])
+            except Exception as exc:  # noqa: BLE001 - what a request would answer 500 with
+                failures.append(exc)
+
+        threads = [threading.Thread(target=make) for _ in range(12)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failures, failures
+        assert (git_dir / "HEAD").read_text() == "ref: refs/heads/main\n"
+        assert (git_dir / "config").read_text() == git_dirs.GIT_CONFIG
+        assert (git_dir / "info" / "exclude").read_text() == ".git\n*.log\n"
+        assert (git_dir / "objects").resolve() == objects.resolve()
+        assert not [p.name for p in git_dir.rglob("*") if git_dirs.TMP_PREFIX in p.name]

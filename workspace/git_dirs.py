@@ -7,7 +7,9 @@ or fork), its ``info/exclude``, and the links of its objects to the shared store
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -30,7 +32,11 @@ def make_git_dir(
 ) -> None:
     """Make the git dir if it is missing, and the worktree. HEAD comes last, so a git dir
     interrupted half-way is made again. ``objects``: the shared store that ``objects`` links
-    to. ``exclude``: the patterns of ``info/exclude`` besides ``.git``."""
+    to. ``exclude``: the patterns of ``info/exclude`` besides ``.git``.
+
+    Safe when several threads or processes make it at once (a page's first requests of a
+    session that has none yet): each step tolerates another's, and every file is written
+    under a name of its own and renamed into place, so git never reads one half-written."""
     worktree.mkdir(parents=True, exist_ok=True)
     if (git_dir / "HEAD").exists():
         write_exclude(git_dir, exclude)
@@ -41,12 +47,21 @@ def make_git_dir(
         # One content-addressed store for every session: a fork's trees are already
         # there, so forking files costs nothing per object (objects are immutable).
         objects.mkdir(parents=True, exist_ok=True)
-        own.symlink_to(os.path.relpath(objects, git_dir), True)
+        with contextlib.suppress(FileExistsError):  # another request made it meanwhile
+            own.symlink_to(os.path.relpath(objects, git_dir), True)
     for sub in ("objects/info", "objects/pack", "refs/heads", "refs/tags", "info"):
         (git_dir / sub).mkdir(parents=True, exist_ok=True)
     write_exclude(git_dir, exclude)
-    (git_dir / "config").write_text(GIT_CONFIG)
-    (git_dir / "HEAD").write_text("ref: refs/heads/main\n")
+    _write(git_dir / "config", GIT_CONFIG)
+    _write(git_dir / "HEAD", "ref: refs/heads/main\n")
+
+
+def _write(path: Path, text: str) -> None:
+    """``text`` into ``path``, whole or not at all: under a name of this thread's, then
+    renamed."""
+    scratch = path.with_name(f"{path.name}{TMP_PREFIX}{os.getpid()}-{threading.get_ident()}")
+    scratch.write_text(text)
+    os.replace(scratch, path)
 
 
 def write_exclude(git_dir: Path, exclude: Iterable[str]) -> None:
@@ -60,9 +75,7 @@ def write_exclude(git_dir: Path, exclude: Iterable[str]) -> None:
     except (FileNotFoundError, UnicodeDecodeError):
         pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = path.with_name(f"exclude{TMP_PREFIX}{os.getpid()}")
-    scratch.write_text(text)
-    os.replace(scratch, path)
+    _write(path, text)
 
 
 def add_alternate(objects: Path, other_git_dir: Path) -> None:
