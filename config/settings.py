@@ -212,6 +212,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = False
+# No task's result is read (a run's outcome is its row): none is stored or announced.
+CELERY_TASK_IGNORE_RESULT = True
 # Deployments (or test suites) that share one Redis keep their runs apart by queue name.
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "agentplat")
 # A task of a worker that died is delivered again after this many seconds (Redis broker).
