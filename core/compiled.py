@@ -8,13 +8,16 @@ and runs that SQL again with the real values: the same statement, the same colum
 same conversions (a JSON field's decoding), for about a quarter of the CPU
 (``tests/test_compiled.py`` checks each result against the ORM's).
 
-Only for querysets whose SQL does not depend on the values (equality lookups: no ``__in``
-lists, no ``None``): each value must reach the SQL's parameters unchanged, which the first
-compilation checks.
+Only for querysets whose SQL does not depend on the values (equality lookups, no ``None``):
+each value must reach the SQL's parameters unchanged, which the first compilation checks. A
+``list`` value (an ``__in`` lookup, whose SQL has one placeholder per item) is one array
+parameter on PostgreSQL (``= ANY(%s)``); elsewhere (SQLite) such a queryset is built and run
+by the ORM each time.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +41,18 @@ class _Ready:
     alias: str
     names: tuple[str, ...]  # a model's field attnames, or a values() queryset's keys
     locking: bool  # select_for_update(): only inside a transaction, as the ORM insists
+    by_orm: bool  # a list value on a database without arrays: the ORM runs it each time
+
+
+def _as_array(sql: str, index: int) -> str:
+    """``sql`` with its ``index``-th placeholder, the one item of an ``IN (%s)``, made one
+    array parameter: ``= ANY(%s)``."""
+    spans = [m.span() for m in re.finditer(r"%s", sql)]
+    start, end = spans[index]
+    head = sql[:start]
+    if not head.endswith(" IN (") or sql[end : end + 1] != ")":
+        raise ImproperlyConfigured(f"a list value that is no IN (…) of its own: {sql}")
+    return f"{head[: -len(' IN (')]} = ANY({sql[start:end]}){sql[end + 1 :]}"
 
 
 class Compiled(Generic[M]):
@@ -61,18 +76,23 @@ class Compiled(Generic[M]):
         for i, (name, kind) in enumerate(self._kinds.items()):
             if kind is int:
                 markers[name] = _MARKER_INT + i
-            elif kind is str:
+            elif kind in (str, list):
                 markers[name] = f"\x00{name}\x00"
             else:
-                raise ImproperlyConfigured(f"{name}: only str and int values are compiled")
-        queryset = self._build(**markers)
+                raise ImproperlyConfigured(f"{name}: only str, int and list values are compiled")
+        lists = {name for name, kind in self._kinds.items() if kind is list}
+        queryset = self._build(
+            **{n: [m] if n in lists else m for n, m in markers.items()}  # one item each
+        )
         compiler = queryset.query.get_compiler(queryset.db)
         sql, params = compiler.as_sql()
         order = []
-        for param in params:
+        for index, param in enumerate(params):
             named = [n for n, m in markers.items() if type(m) is type(param) and m == param]
             if len(named) != 1:
                 raise ImproperlyConfigured(f"a parameter that is no value's: {param!r} in {sql}")
+            if named[0] in lists:
+                sql = _as_array(sql, index)
             order.append(named[0])
         if set(order) != set(markers):
             raise ImproperlyConfigured(f"values that reach no parameter: {sql}")
@@ -86,11 +106,14 @@ class Compiled(Generic[M]):
         # As the ORM: FOR UPDATE (and its refusal outside a transaction) where the database
         # has it; SQLite (embedded mode) has not.
         locking = query.select_for_update and compiler.connection.features.has_select_for_update
-        return _Ready(sql, tuple(order), compiler, queryset.db, names, locking)
+        by_orm = bool(lists) and compiler.connection.vendor != "postgresql"
+        return _Ready(sql, tuple(order), compiler, queryset.db, names, locking, by_orm)
 
     def _rows(self, ready: _Ready, values: dict[str, Any]) -> list[tuple]:
         if set(values) != set(self._kinds):
             raise TypeError(f"expected the values {sorted(self._kinds)}")
+        if ready.by_orm:  # the same columns, read and converted by the ORM
+            return list(self._build(**values).values_list(*ready.names))
         params = [values[name] for name in ready.order]
         connection = connections[ready.alias]
         if ready.locking and connection.get_autocommit():
@@ -111,6 +134,16 @@ class Compiled(Generic[M]):
             return None
         model = ready.compiler.query.model
         return model.from_db(ready.alias, ready.names, rows[0])  # type: ignore[return-value]
+
+    def all(self, **values: Any) -> list[M]:
+        """Every row as a model instance, in the queryset's order."""
+        ready = self._ready or self._compile()
+        build = ready.compiler.query.model.from_db
+        return [build(ready.alias, ready.names, row) for row in self._rows(ready, values)]
+
+    def rows(self, **values: Any) -> list[tuple]:
+        """A ``values_list()`` queryset's rows, as the ORM gives them."""
+        return self._rows(self._ready or self._compile(), values)
 
     def dicts(self, **values: Any) -> list[dict[str, Any]]:
         """A ``values()`` queryset's rows, as the ORM gives them."""

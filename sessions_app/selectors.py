@@ -20,6 +20,15 @@ from .models import HistoryEvent, Message, Part, Session
 _OWN_SESSION = Compiled(
     lambda id, owner_id: Session.objects.filter(id=id, owner_id=owner_id)[:1], id=str, owner_id=int
 )
+# Every run's start reads its path with these three.
+_TREE = Compiled(
+    lambda session_id: Message.objects.filter(session_id=session_id).values_list("id", "parent_id"),
+    session_id=str,
+)
+_MESSAGES = Compiled(lambda ids: Message.objects.filter(id__in=ids), ids=list)
+_PARTS = Compiled(
+    lambda ids: Part.objects.filter(message_id__in=ids).order_by("message_id", "order"), ids=list
+)
 
 
 def session_for_user(user, session_id: str) -> Session:  # noqa: ANN001
@@ -65,7 +74,7 @@ def path_ids(leaf_id: str | None, session_id: str | None = None) -> list[str]:
         session_id = Message.objects.filter(id=leaf_id).values_list("session_id", flat=True).first()
         if session_id is None:
             return []
-    parents = dict(Message.objects.filter(session_id=session_id).values_list("id", "parent_id"))
+    parents = dict(_TREE.rows(session_id=session_id))
     path = []
     current: str | None = leaf_id
     while current is not None and current in parents and len(path) <= len(parents):
@@ -79,9 +88,9 @@ def messages_with_parts(ids: list[str]) -> list[Message]:
     """Messages in ``ids`` order with their parts attached (two queries, whatever the size)."""
     if not ids:
         return []
-    by_id = {m.id: m for m in Message.objects.filter(id__in=ids)}
+    by_id = {m.id: m for m in _MESSAGES.all(ids=ids)}
     parts: dict[str, list[Part]] = {}
-    for part in Part.objects.filter(message_id__in=ids).order_by("message_id", "order"):
+    for part in _PARTS.all(ids=ids):
         parts.setdefault(part.message_id, []).append(part)
     result = []
     for mid in ids:

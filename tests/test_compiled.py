@@ -18,8 +18,8 @@ from core.compiled import Compiled
 from quotas_app.limits import NAMES, effective, resolve
 from quotas_app.models import Quota
 from runs_app.selectors import run_row
-from sessions_app.models import Session
-from sessions_app.selectors import session_for_user
+from sessions_app.models import Message, Part, Session
+from sessions_app.selectors import active_path, messages_with_parts, path_ids, session_for_user
 from sessions_app.services import lock
 from sessions_app.services.sessions import create_session
 
@@ -168,7 +168,7 @@ def test_values_that_do_not_reach_the_sql_unchanged_are_refused(db):
     joined = Compiled(lambda id: Session.objects.select_related("owner").filter(id=id), id=str)
     with pytest.raises(ImproperlyConfigured, match="whole rows"):
         joined.first(id="x")
-    with pytest.raises(ImproperlyConfigured, match="only str and int"):
+    with pytest.raises(ImproperlyConfigured, match="only str, int and list"):
         Compiled(lambda at: Session.objects.filter(created_at=at), at=float).first(at=1.0)
 
 
@@ -178,3 +178,86 @@ def test_the_values_must_be_the_named_ones(owner):
     assert by_id.first(id=session.id).id == session.id
     with pytest.raises(TypeError, match="expected the values"):
         by_id.first(pk=session.id)
+
+
+def _tree(owner) -> tuple[Session, list[str]]:  # noqa: ANN001
+    """A session with two branches, parts of several kinds; the ids of one branch's path."""
+    session = create_session(owner=owner)
+    root = Message.objects.create(session=session, role="user")
+    kept = Message.objects.create(session=session, role="assistant", parent=root)
+    Message.objects.create(session=session, role="assistant", parent=root)  # the other branch
+    leaf = Message.objects.create(session=session, role="user", parent=kept)
+    for i, message in enumerate((root, kept, leaf)):
+        Part.objects.create(message=message, session=session, order=1, type="text", text=f"t{i}")
+        Part.objects.create(
+            message=message,
+            session=session,
+            order=0,
+            type="tool",
+            call_id=f"c{i}",
+            tool="read",
+            state={"status": "completed", "output": {"n": i}},
+        )
+    Session.objects.filter(id=session.id).update(head=leaf)
+    session.refresh_from_db()
+    return session, [root.id, kept.id, leaf.id]
+
+
+def test_a_path_is_read_as_the_orm_reads_it(owner):
+    session, ids = _tree(owner)
+    assert path_ids(session.head_id, session.id) == ids
+    by_orm = {m.id: m for m in Message.objects.filter(id__in=ids)}
+    parts = Part.objects.filter(message_id__in=ids).order_by("message_id", "order")
+    read = messages_with_parts(ids)
+    assert [m.id for m in read] == ids
+    for message in read:
+        assert fields(message, Message) == fields(by_orm[message.id], Message)
+        expected = [fields(p, Part) for p in parts if p.message_id == message.id]
+        assert [fields(p, Part) for p in message.loaded_parts] == expected
+        assert message.loaded_parts[0].state["output"]["n"] in (0, 1, 2)  # JSON decoded
+    assert messages_with_parts(["msg_nope"]) == []
+
+
+def test_a_run_start_compiles_no_read_of_its_path(owner):
+    session, ids = _tree(owner)
+    assert [m.id for m in active_path(session)] == ids
+    with compiled_models() as seen:
+        assert [m.id for m in active_path(session)] == ids
+    assert Message not in seen and Part not in seen
+
+
+def test_a_list_value_is_one_array_parameter(owner):
+    """An ``__in`` list compiles to one placeholder per item; compiled, it is one array
+    parameter whatever its length (``= ANY(%s)``)."""
+    sessions = [create_session(owner=owner).id for _ in range(3)]
+    by_ids = Compiled(lambda ids: Session.objects.filter(id__in=ids).order_by("id"), ids=list)
+    assert '"sessions_app_session"."id" = ANY(%s)' in by_ids._compile().sql
+    assert [s.id for s in by_ids.all(ids=sessions)] == sorted(sessions)
+    assert [
+        s.id for s in by_ids.all(ids=[*sessions, *(f"ses_{i}" for i in range(2000))])
+    ] == sorted(sessions)
+    assert by_ids.all(ids=[]) == []
+    titles = Compiled(
+        lambda ids, owner_id: Session.objects.filter(id__in=ids, owner_id=owner_id).values_list(
+            "id", "title"
+        ),
+        ids=list,
+        owner_id=int,
+    )
+    assert sorted(titles.rows(ids=sessions, owner_id=owner.pk)) == sorted(
+        Session.objects.filter(id__in=sessions).values_list("id", "title")
+    )
+    assert titles.rows(ids=sessions, owner_id=owner.pk + 1) == []
+
+
+def test_a_list_value_on_a_database_without_arrays_is_read_by_the_orm(owner, monkeypatch):
+    """SQLite (embedded mode) has no arrays: such a queryset is built and run by the ORM."""
+    from django.db import connection
+
+    session, ids = _tree(owner)
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    by_ids = Compiled(lambda ids: Message.objects.filter(id__in=ids).order_by("id"), ids=list)
+    with compiled_models() as seen:
+        assert [m.id for m in by_ids.all(ids=ids)] == sorted(ids)
+        assert [m.id for m in by_ids.all(ids=ids[:1])] == ids[:1]
+    assert seen.count(Message) == 3, "compiled once to know it, then by the ORM each time"
