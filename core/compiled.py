@@ -19,14 +19,16 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
-from django.db.models import Model, QuerySet
+from django.db.models import Model, QuerySet, Value
 from django.db.models.sql.compiler import SQLCompiler
+from django.db.models.sql.subqueries import UpdateQuery
 from django.db.transaction import TransactionManagementError
 
 M = TypeVar("M", bound=Model)
@@ -149,3 +151,124 @@ class Compiled(Generic[M]):
         """A ``values()`` queryset's rows, as the ORM gives them."""
         ready = self._ready or self._compile()
         return [dict(zip(ready.names, row, strict=True)) for row in self._rows(ready, values)]
+
+
+_MARKER_AT = datetime(1901, 1, 1, tzinfo=UTC)  # no lease or stamp is this old
+# An update's int keys may be a positive 32-bit field's (Django makes a lookup outside a
+# field's range an empty result, not SQL): near its top, far above any epoch or count.
+_MARKER_KEY = 2**31 - 1000
+
+
+class CompiledUpdate(Generic[M]):
+    """``build(**keys).update(**set, **fixed)``'s SQL, compiled once, run with other ``keys``
+    and other values of the fields ``set`` names (``fixed``: expressions compiled in, such as
+    ``F("n") + 1``). ``kinds`` names each key and its type (``str``, ``int`` or
+    ``datetime``). The values are prepared for the database as the ORM prepares them (a JSON
+    field's, a datetime's); None is NULL. On a database other than PostgreSQL the ORM runs
+    each update (embedded mode)."""
+
+    def __init__(
+        self,
+        build: Callable[..., QuerySet[M]],
+        set: tuple[str, ...],  # noqa: A002
+        *,
+        fixed: dict[str, Any] | None = None,
+        **kinds: type,
+    ) -> None:
+        self._build = build
+        self._set = set
+        self._fixed = fixed or {}
+        self._kinds = kinds
+        self._ready: tuple[str, tuple[tuple[str, Any], ...], str] | None = None
+        self._by_orm: bool | None = None  # known at the first update
+        self._lock = threading.Lock()
+
+    def _compile(self) -> tuple[str, tuple[tuple[str, Any], ...], str]:
+        with self._lock:
+            if self._ready is None:
+                self._ready = self._compiled()
+            return self._ready
+
+    def _compiled(self) -> tuple[str, tuple[tuple[str, Any], ...], str]:
+        keys: dict[str, Any] = {}
+        for i, (name, kind) in enumerate(self._kinds.items()):
+            if kind is int:
+                keys[name] = _MARKER_KEY + i
+            elif kind is str:
+                keys[name] = f"\x00{name}\x00"
+            elif kind is datetime:
+                keys[name] = _MARKER_AT + timedelta(microseconds=i)
+            else:
+                raise ImproperlyConfigured(f"{name}: only str, int and datetime keys are compiled")
+        sets = {name: f"\x00set {name}\x00" for name in self._set}
+        queryset = self._build(**keys)
+        query = queryset.query.chain(UpdateQuery)
+        query.add_update_values({**{n: Value(m) for n, m in sets.items()}, **self._fixed})
+        query.annotations = {}
+        compiler = query.get_compiler(queryset.db)
+        compiler.pre_sql_setup()
+        if query.related_updates or query.count_active_tables() != 1:
+            raise ImproperlyConfigured("only updates of one table are compiled")
+        sql, params = compiler.as_sql()
+        meta = queryset.model._meta
+        order: list[tuple[str, Any]] = []
+        for param in params:
+            # (An int may come wrapped: psycopg's Int4 for a 32-bit field.)
+            key = [n for n, m in keys.items() if isinstance(param, type(m)) and m == param]
+            field = [n for n, m in sets.items() if m == param]
+            if len(key) + len(field) > 1:
+                raise ImproperlyConfigured(f"a parameter of two values: {param!r} in {sql}")
+            if key:
+                order.append(("key", key[0]))
+            elif field:
+                order.append(("set", meta.get_field(field[0])))
+            elif _holds_marker(param):
+                raise ImproperlyConfigured(f"a parameter that is no value's: {param!r} in {sql}")
+            else:
+                order.append(("fixed", param))
+        named = {v if k == "key" else v.attname for k, v in order if k != "fixed"}
+        if named != set(keys) | {meta.get_field(n).attname for n in sets}:
+            raise ImproperlyConfigured(f"values that reach no parameter: {sql}")
+        return sql, tuple(order), queryset.db
+
+    def update(self, values: dict[str, Any], **keys: Any) -> int:
+        """The number of rows updated: ``values`` (every field of ``set``) where ``keys``."""
+        if set(values) != set(self._set) or set(keys) != set(self._kinds):
+            raise TypeError(f"expected the fields {self._set} and the keys {sorted(self._kinds)}")
+        if self._by_orm is None:
+            self._by_orm = connections[self._build(**keys).db].vendor != "postgresql"
+        if self._by_orm:
+            return self._build(**keys).update(**values, **self._fixed)
+        sql, order, alias = self._ready or self._compile()
+        connection = connections[alias]
+        params = []
+        for kind, what in order:
+            if kind == "key":
+                params.append(keys[what])
+            elif kind == "set":
+                value = values[what.name] if what.name in values else values[what.attname]
+                params.append(None if value is None else what.get_db_prep_save(value, connection))
+            else:
+                params.append(what)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount
+
+
+def _holds_marker(param: Any) -> bool:
+    if isinstance(param, str):
+        return "\x00" in param
+    if isinstance(param, int):
+        return param >= _MARKER_KEY
+    return isinstance(param, datetime) and param < _MARKER_AT + timedelta(seconds=1)
+
+
+def update_of_shape(
+    cache: dict[Hashable, CompiledUpdate[Any]],
+    shape: Hashable,
+    make: Callable[[], CompiledUpdate[Any]],
+) -> CompiledUpdate[Any]:
+    """The compiled update for ``shape`` (which fields, which filters), made at its first use.
+    Two threads that make one at once make the same; the first kept is used from then on."""
+    found = cache.get(shape)
+    return found if found is not None else cache.setdefault(shape, make())

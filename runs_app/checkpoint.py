@@ -25,6 +25,7 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.utils import timezone
 
+from core.compiled import CompiledUpdate
 from quotas_app.models import UsageRecord
 from quotas_app.services import record_usage
 from realtime import events
@@ -32,6 +33,11 @@ from sessions_app.api.guards import unstorable_text
 from sessions_app.models import Message, Part, Session
 
 from .fencing import LeaseLost, fence, owned
+
+# Every checkpoint that moves the head (a run's start and end, each step): compiled once.
+_SET_HEAD = CompiledUpdate(
+    lambda id: Session.objects.filter(id=id), ("head_id", "updated_at"), id=str
+)
 
 # What PostgreSQL refuses in text and jsonb: NUL, and surrogates (alone, as Python strings
 # hold them: a tool's bytes decoded with ``surrogateescape``, a model's ``"\\ud800"``).
@@ -199,8 +205,8 @@ class Checkpointer:
                 # The session row first (lock order: sessions_app/services/lock.py), then the
                 # run's fence, then the rows.
                 self.head_stamped = timezone.now()
-                Session.objects.filter(id=self.session_id).update(
-                    head_id=head, updated_at=self.head_stamped
+                _SET_HEAD.update(
+                    {"head_id": head, "updated_at": self.head_stamped}, id=self.session_id
                 )
             self.fence(ending=ending)
             if new_messages:

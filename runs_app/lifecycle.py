@@ -24,16 +24,14 @@
   holds anything; ``resume_decided`` makes it pending again once every call is decided;
   ``cancel_waiting`` ends it (the waiting calls interrupted) and hands the session over.
 * ``end_abandoned`` ends a run whose worker is gone, closing what its execution left
-  unfinished (``unfinished.py``); the sweep every worker and the embedded server run
-  (``sweeper.py``) starts again the runs whose worker died, without waiting for the broker's
-  visibility timeout, and hands on a session whose holder ended (``release_if_ended``).
+  unfinished (``unfinished.py``); the sweep (``sweeper.py``) starts again the runs whose
+  worker died and hands on a session whose holder ended (``release_if_ended``).
 
 Every change of a run's ``status`` goes through ``move`` and the table ``MOVES`` below: a
-conditional UPDATE (from the states the move leaves, to the one it enters), refused with
-``MoveNotAllowed`` for a pair the table does not hold (tests/test_structure.py checks that no
-other module writes ``status``). ``begin`` and ``end_abandoned`` also start a new lease
-epoch, and ``finish``/``park`` are fenced by the epoch of the execution that calls them
-(runs_app/fencing.py): a worker that lost its run cannot end it.
+conditional UPDATE, refused with ``MoveNotAllowed`` for a pair the table does not hold
+(tests/test_structure.py: no other module writes ``status``). ``begin`` and ``end_abandoned``
+start a new lease epoch, ``finish``/``park`` are fenced by the epoch of the execution that
+calls them (runs_app/fencing.py): a worker that lost its run cannot end it.
 
 The engine runs steps between ``begin`` and ``finish``; services call ``admit``,
 ``restart`` and ``finish_unstarted``. Events and task enqueues leave after commit.
@@ -47,10 +45,11 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from core import metrics, models_catalog
+from core.compiled import CompiledUpdate, update_of_shape
 from core.errors import SessionBusyError
 from quotas_app import services as quotas
 from realtime import events
@@ -61,7 +60,7 @@ from sessions_app.services import lock
 from . import runtime, unfinished
 from .fencing import LeaseLost
 from .models import Run
-from .selectors import active_runs, run_data, run_row
+from .selectors import active_runs, held_by_another, run_data, run_row
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +87,9 @@ MOVES: dict[tuple[str, str], str] = {
 RESTARTABLE = (S.CANCELLED, S.ERROR)
 
 
+_MOVES: dict = {}  # each shape of ``move``'s UPDATE, compiled once (core/compiled.py)
+
+
 class MoveNotAllowed(Exception):
     """A status change the table ``MOVES`` does not hold: a bug, never user input."""
 
@@ -103,23 +105,31 @@ def move(
     **fields: object,
 ) -> int:
     """Move ``run_id`` from ``from_`` (one state or several) to ``to``, with ``fields``, in one
-    conditional UPDATE; the number of rows moved (0: it was not in ``from_`` any more, or —
-    given ``epoch`` — another execution owns it: the UPDATE is its own fence). ``new_epoch``:
-    the move starts a new execution (or ends the one that was abandoned): a fenced write of
-    the old execution in flight commits first, and every later one is refused
-    (fencing.py)."""
+    conditional UPDATE (compiled once for each shape); the number of rows moved (0: it was
+    not in ``from_`` any more, or — given ``epoch`` — another execution owns it: the UPDATE
+    is its own fence). ``new_epoch``: the move starts a new execution (or ends the abandoned
+    one): a fenced write of the old execution in flight commits first, every later one is
+    refused (fencing.py)."""
     sources = (from_,) if isinstance(from_, str) else tuple(from_)
     for source in sources:
         if (source, to) not in MOVES:
             raise MoveNotAllowed(f"{source} → {to}")
-    rows = Run.objects.filter(id=run_id, status__in=sources)
-    if epoch is not None:
-        rows = rows.filter(lease_epoch=epoch)
-    if unless_aborted:
-        rows = rows.filter(abort_requested=False)
-    if new_epoch:
-        fields["lease_epoch"] = F("lease_epoch") + 1
-    return rows.update(status=to, **fields)
+    values = {"status": to, **fields}
+    shape = (sources, epoch is not None, unless_aborted, new_epoch, tuple(values))
+    keys = {"id": run_id} if epoch is None else {"id": run_id, "epoch": epoch}
+    return update_of_shape(_MOVES, shape, lambda: _move_update(*shape)).update(values, **keys)
+
+
+def _move_update(sources, fenced, unless_aborted, new_epoch, names) -> CompiledUpdate:  # noqa: ANN001
+    """``move``'s UPDATE of one shape (its sources, filters and fields), compiled once."""
+
+    def rows(id: str, epoch: int = 0) -> QuerySet[Run]:
+        found = Run.objects.filter(id=id, status__in=sources)
+        found = found.filter(lease_epoch=epoch) if fenced else found
+        return found.filter(abort_requested=False) if unless_aborted else found
+
+    fixed = {"lease_epoch": F("lease_epoch") + 1} if new_epoch else {}
+    return CompiledUpdate(rows, names, fixed=fixed, id=str, **({"epoch": int} if fenced else {}))
 
 
 def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
@@ -168,19 +178,6 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
     return run
 
 
-def held_by_another(session: Session, run_id: str) -> bool:
-    """Whether another run holds ``session``: its lease is live, or it lapsed while that run
-    has not ended (its worker died or was stopped: the sweep starts it again, and the session
-    is its own until it ends — a new run that took it would run beside the old one, and jump
-    the runs queued behind it)."""
-    holder = session.busy_run_id
-    if not holder or holder == run_id:
-        return False
-    if lock.is_busy(session):
-        return True
-    return Run.objects.filter(id=holder).exclude(status__in=Run.TERMINAL).exists()
-
-
 @dataclass(frozen=True)
 class Begun:
     """What ``begin`` decided: the run to execute now, nothing (None), or ``retry`` later."""
@@ -204,8 +201,7 @@ def begin(run_id: str) -> Begun:
         locked = lock.lock_session_of_run(run_id)
         run = run_row(run_id) if locked is not None else None
         if run is None or run.is_terminal or run.status == Run.Status.REQUIRES_ACTION:
-            # Ended, or waiting for its owner: the decision enqueues it again.
-            return Begun(None)
+            return Begun(None)  # ended, or waiting for its owner: the decision enqueues it
         if run.status == Run.Status.PENDING:
             if not _start(locked, run):
                 return Begun(None)
@@ -213,9 +209,7 @@ def begin(run_id: str) -> Begun:
             refused = _take_over(locked, run)
             if refused is not None:
                 return refused
-    # Both rows as they were written under the lock (nothing else changes them meanwhile:
-    # a fresh read would be one more statement for each run that starts).
-    run.session = locked
+    run.session = locked  # as written under the lock (a fresh read: one more statement)
     return Begun(run)
 
 

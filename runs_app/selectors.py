@@ -6,6 +6,7 @@ from core.compiled import Compiled
 from core.errors import NotFoundError
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import _iso, all_messages
+from sessions_app.services import lock
 
 from .models import Run
 from .transcript import entries
@@ -198,3 +199,16 @@ def _checkpoint(run: Run, m: Message, index: int, tree: str | None) -> dict[str,
         "hidden": m.hidden,
         "created_at": _iso(m.created_at),
     }
+
+
+def held_by_another(session: Session, run_id: str) -> bool:
+    """Whether another run holds ``session``: its lease is live, or it lapsed while that run
+    has not ended (its worker died or was stopped: the sweep starts it again, and the session
+    is its own until it ends — a new run that took it would run beside the old one, and jump
+    the runs queued behind it)."""
+    holder = session.busy_run_id
+    if not holder or holder == run_id:
+        return False
+    if lock.is_busy(session):
+        return True
+    return Run.objects.filter(id=holder).exclude(status__in=Run.TERMINAL).exists()

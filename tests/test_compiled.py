@@ -261,3 +261,110 @@ def test_a_list_value_on_a_database_without_arrays_is_read_by_the_orm(owner, mon
         assert [m.id for m in by_ids.all(ids=ids)] == sorted(ids)
         assert [m.id for m in by_ids.all(ids=ids[:1])] == ids[:1]
     assert seen.count(Message) == 3, "compiled once to know it, then by the ORM each time"
+
+
+@contextmanager
+def compiled_updates() -> Iterator[list[type]]:
+    """The model of every UPDATE compiled meanwhile."""
+    from django.db.models.sql.compiler import SQLUpdateCompiler
+
+    seen: list[type] = []
+    original = SQLUpdateCompiler.as_sql
+
+    def recording(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        seen.append(self.query.model)
+        return original(self, *args, **kwargs)
+
+    with mock.patch.object(SQLUpdateCompiler, "as_sql", recording):
+        yield seen
+
+
+def test_a_run_s_moves_are_compiled_once_and_write_what_the_orm_writes(owner):
+    from django.utils import timezone
+
+    from runs_app.lifecycle import move
+    from runs_app.models import Run
+
+    first, second = submitted(owner, "say hi"), submitted(owner, "say hi")
+    Run.objects.filter(id__in=[first.id, second.id]).update(status=Run.Status.RUNNING)
+    at = timezone.now()
+    usage = {"input_tokens": 3, "cost_usd": 0.25}
+    assert move(first.id, Run.Status.RUNNING, Run.Status.COMPLETED, epoch=0, usage=usage) == 1
+    with compiled_updates() as seen:
+        moved = move(
+            second.id,
+            Run.Status.RUNNING,
+            Run.Status.COMPLETED,
+            epoch=0,
+            usage=usage,
+        )
+    assert moved == 1 and seen == [], "the second move of that shape compiles nothing"
+    for run in (first, second):
+        run.refresh_from_db()
+        assert (run.status, run.usage, run.lease_epoch) == ("completed", usage, 0)
+    # A fenced move of a stale epoch writes nothing; None is SQL NULL, a datetime is stored.
+    Run.objects.filter(id=second.id).update(status=Run.Status.RUNNING, lease_epoch=2)
+    assert move(second.id, Run.Status.RUNNING, Run.Status.ERROR, epoch=1, error=None) == 0
+    assert Run.objects.get(id=second.id).status == "running", "a stale execution's end refused"
+    assert move(second.id, Run.Status.RUNNING, Run.Status.ERROR, epoch=2, finished_at=at) == 1
+    assert move(second.id, Run.Status.ERROR, Run.Status.PENDING, error=None, new_epoch=True) == 1
+    second.refresh_from_db()
+    assert (second.status, second.finished_at, second.lease_epoch) == ("pending", at, 3)
+    assert Run.objects.filter(id=second.id, error__isnull=True).exists(), "NULL, not JSON null"
+
+
+def test_a_session_s_claim_and_hand_over_are_the_orms(owner):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    session = create_session(owner=owner)
+    assert lock.claim(session.id, "run_a")
+    assert not lock.claim(session.id, "run_a", own_ok=False)
+    with compiled_updates() as seen:
+        assert lock.claim(session.id, "run_a"), "its own"
+        assert not lock.claim(session.id, "run_b"), "another's live lease"
+        assert not lock.claim(session.id, "run_a", own_ok=False)
+    assert Session not in seen
+    Session.objects.filter(id=session.id).update(lease_expires_at=timezone.now() - timedelta(1))
+    assert lock.claim(session.id, "run_b", own_ok=False), "an expired lease"
+    with transaction.atomic():
+        locked = lock.lock_session(session.id)
+        assert not lock.hand_over(session.id, "run_a", None, locked)
+        assert lock.hand_over(session.id, "run_b", None, locked, also={"usage": {"n": 1}})
+    stored = Session.objects.get(id=session.id)
+    assert (stored.busy_run_id, stored.status, stored.usage) == (None, "idle", {"n": 1})
+    assert fields(stored, Session) == fields(locked, Session)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_compiled_update_on_a_database_without_it_is_the_orms(owner, monkeypatch):
+    """Embedded mode (SQLite): the ORM runs each update."""
+    from django.db import connection
+
+    from core.compiled import CompiledUpdate
+
+    session = create_session(owner=owner)
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    title = CompiledUpdate(lambda id: Session.objects.filter(id=id), ("title",), id=str)
+    with compiled_updates() as seen:
+        assert title.update({"title": "one"}, id=session.id) == 1
+        assert title.update({"title": "two"}, id=session.id) == 1
+    assert len(seen) == 2 and Session.objects.get(id=session.id).title == "two"
+    with pytest.raises(TypeError, match="expected the fields"):
+        title.update({"model": "x"}, id=session.id)
+
+
+def test_a_compiled_update_refuses_what_it_cannot_compile(db):
+    from core.compiled import CompiledUpdate
+
+    contains = CompiledUpdate(
+        lambda title: Session.objects.filter(title__icontains=title), ("model",), title=str
+    )
+    with pytest.raises(ImproperlyConfigured, match="no value's"):
+        contains.update({"model": "x"}, title="y")
+    joined = CompiledUpdate(
+        lambda name: Session.objects.filter(owner__username=name), ("model",), name=str
+    )
+    with pytest.raises(ImproperlyConfigured, match="one table"):
+        joined.update({"model": "x"}, name="y")

@@ -211,7 +211,8 @@ def test_the_mode_is_decided_in_one_module():
 def status_writes(path: Path) -> list[tuple[int, str]]:
     """Places in ``path`` that write a run's ``status``: ``….update(status=…)`` on anything but
     the Session model (the busy lock's own field, written in lock.py), ``….bulk_update(…,
-    ["status"])``, or ``<run>.status = …`` (a run object's field, saved later)."""
+    ["status"])``, a ``CompiledUpdate`` of runs, or ``<run>.status = …`` (a run object's
+    field, saved later)."""
     tree = ast.parse(path.read_text())
     found = []
     for node in ast.walk(tree):
@@ -224,6 +225,12 @@ def status_writes(path: Path) -> list[tuple[int, str]]:
                 found.append((node.lineno, ast.unparse(node)[:80]))
             if node.func.attr == "bulk_update" and "'status'" in ast.unparse(node):
                 found.append((node.lineno, ast.unparse(node)[:80]))
+        if (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func).endswith("CompiledUpdate")
+            and "Run.objects" in ast.unparse(node)
+        ):  # a compiled UPDATE of runs (core/compiled.py): only the lifecycle's ``move``
+            found.append((node.lineno, ast.unparse(node)[:80]))
         targets = []
         if isinstance(node, ast.Assign):
             targets = [t for target in node.targets for t in ast.walk(target)]
@@ -247,20 +254,32 @@ def test_every_run_status_write_goes_through_the_lifecycle_table():
         if rel(p) not in (owner, "sessions_app/services/lock.py") and (lines := status_writes(p))
     }
     assert not elsewhere, f"change a run's status with lifecycle.move: {elsewhere}"
-    # In the lifecycle itself, the only UPDATE of status is ``move``'s.
+    # In the lifecycle itself, the only UPDATE of status is ``move``'s (its values a dict
+    # with "status", run by the compiled UPDATE of its shape, ``_move_update``'s).
     tree = ast.parse((ROOT / owner).read_text())
     movers = {
         fn.name
         for fn in ast.walk(tree)
         if isinstance(fn, ast.FunctionDef)
         for node in ast.walk(fn)
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "update"
-        and any(k.arg == "status" for k in node.keywords)
-        and "state" not in ast.unparse(node.func.value)  # a part's state dict
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "update"
+            and any(k.arg == "status" for k in node.keywords)
+            and "state" not in ast.unparse(node.func.value)  # a part's state dict
+        )
+        or (isinstance(node, ast.Dict) and "'status'" in [k and ast.unparse(k) for k in node.keys])
     }
     assert movers == {"move"}, movers
+    compiled = {
+        fn.name
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.FunctionDef)
+        for node in ast.walk(fn)
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "CompiledUpdate"
+    }
+    assert compiled == {"_move_update"}, compiled
 
 
 def test_the_lifecycle_table_refuses_a_move_it_does_not_hold():

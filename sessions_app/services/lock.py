@@ -30,7 +30,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from core import metrics
-from core.compiled import Compiled
+from core.compiled import Compiled, CompiledUpdate, update_of_shape
 from core.errors import NotFoundError, SessionBusyError
 
 from ..models import Session
@@ -93,6 +93,32 @@ def is_busy(session: Session) -> bool:
     )
 
 
+def _free(now: datetime) -> Q:
+    return (
+        Q(busy_run_id__isnull=True) | Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)
+    )
+
+
+# Every run's start claims its session, every end hands it over: compiled once each.
+_CLAIMED = ("busy_run_id", "status", "lease_expires_at")
+_CLAIM = CompiledUpdate(
+    lambda id, now, run_id: Session.objects.filter(id=id).filter(
+        _free(now) | Q(busy_run_id=run_id)
+    ),
+    _CLAIMED,
+    id=str,
+    now=datetime,
+    run_id=str,
+)
+_CLAIM_EXPIRED = CompiledUpdate(
+    lambda id, now: Session.objects.filter(id=id).filter(_free(now)),
+    _CLAIMED,
+    id=str,
+    now=datetime,
+)
+_HAND_OVER: dict = {}  # by the fields written
+
+
 def claim(
     session_id: str, run_id: str, *, own_ok: bool = True, locked: Session | None = None
 ) -> bool:
@@ -100,18 +126,17 @@ def claim(
     the API claims it for a new run before the task starts. A re-delivered task of a run
     that was running passes ``own_ok=False``: it must wait for the old lease to expire.
     ``locked``, the row read under the row lock, follows the change."""
-    now = timezone.now()
-    free = (
-        Q(busy_run_id__isnull=True) | Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)
-    )
-    if own_ok:
-        free |= Q(busy_run_id=run_id)
     values = {
         "busy_run_id": run_id,
         "status": Session.Status.BUSY,
         "lease_expires_at": _lease_end(),
     }
-    if Session.objects.filter(id=session_id).filter(free).update(**values) != 1:
+    now = timezone.now()
+    if own_ok:
+        claimed = _CLAIM.update(values, id=session_id, now=now, run_id=run_id)
+    else:
+        claimed = _CLAIM_EXPIRED.update(values, id=session_id, now=now)
+    if claimed != 1:
         return False
     if locked is not None:
         for name, value in values.items():
@@ -193,7 +218,17 @@ def hand_over(
             "updated_at": timezone.now(),
         }
     values.update(also or {})
-    if not Session.objects.filter(id=session_id, busy_run_id=run_id).update(**values):
+    update = update_of_shape(
+        _HAND_OVER,
+        tuple(values),
+        lambda: CompiledUpdate(
+            lambda id, run_id: Session.objects.filter(id=id, busy_run_id=run_id),
+            tuple(values),
+            id=str,
+            run_id=str,
+        ),
+    )
+    if not update.update(values, id=session_id, run_id=run_id):
         return False
     if locked is not None:
         for name, value in values.items():
