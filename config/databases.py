@@ -21,6 +21,15 @@ def database_from_url(url: str) -> dict:
         if idle > 0 and "options" not in options:
             options["options"] = f"-c idle_in_transaction_session_timeout={idle * 1000}"
         pooled = _pool()
+        prepared = int(os.environ.get("DB_PREPARE_THRESHOLD", "5"))
+        if prepared > 0:
+            # The parameters go apart from the statement (psycopg's server-side binding, not
+            # quoted into it in Python), and a statement a connection has run this many times
+            # is prepared: PostgreSQL parses and plans it once per connection instead of at
+            # every run's start and end. ``DB_PREPARE_THRESHOLD=0``: neither (a pooler in
+            # transaction mode that does not keep prepared statements).
+            options.setdefault("server_side_binding", True)
+            options.setdefault("prepare_threshold", prepared)
         return {
             "ENGINE": "django.db.backends.postgresql",
             "NAME": unquote(parsed.path.lstrip("/")) or "postgres",

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import connections
+from django.db import connections, router
 from django.db.models import Model, QuerySet, Value
 from django.db.models.sql.compiler import SQLCompiler
 from django.db.models.sql.subqueries import UpdateQuery
@@ -272,3 +272,53 @@ def update_of_shape(
     Two threads that make one at once make the same; the first kept is used from then on."""
     found = cache.get(shape)
     return found if found is not None else cache.setdefault(shape, make())
+
+
+class CompiledInsert(Generic[M]):
+    """``bulk_create(rows)`` for a model whose rows carry their primary key (made in Python: no
+    id is read back): on PostgreSQL one statement for any number of rows, compiled once — the
+    form Django itself takes there for several rows, ``INSERT … SELECT * FROM UNNEST(%s::type[],
+    …)`` — with the values prepared as the ORM prepares them (``pre_save``, then
+    ``get_db_prep_save``). Elsewhere (SQLite) ``bulk_create``."""
+
+    def __init__(self, model: type[M]) -> None:
+        self._model = model
+        self._ready: tuple[str, tuple[Any, ...]] | None = None
+
+    def _compiled(self, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        meta = self._model._meta
+        fields = tuple(meta.concrete_fields)
+        for field in fields:
+            kind = (field.target_field if field.is_relation else field).get_internal_type()
+            if (
+                kind not in connection.data_types
+                or hasattr(field, "get_placeholder")
+                or getattr(field, "db_returning", False)
+            ):
+                raise ImproperlyConfigured(f"{meta.label}.{field.name} is not inserted by UNNEST")
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(f.column) for f in fields)
+        arrays = ", ".join(f"(%s)::{f.db_type(connection).split('(')[0]}[]" for f in fields)
+        sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) SELECT * FROM UNNEST({arrays})"
+        return sql, fields
+
+    def insert(self, rows: list[M]) -> None:
+        if not rows:
+            return
+        alias = router.db_for_write(self._model)
+        connection = connections[alias]
+        if connection.vendor != "postgresql":
+            self._model._default_manager.using(alias).bulk_create(rows)
+            return
+        if self._ready is None:
+            self._ready = self._compiled(connection)
+        sql, fields = self._ready
+        columns = [
+            [field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows]
+            for field in fields
+        ]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, columns)
+        for row in rows:  # as bulk_create leaves them: stored
+            row._state.adding = False
+            row._state.db = alias

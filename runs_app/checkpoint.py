@@ -25,7 +25,7 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from core.compiled import CompiledUpdate
+from core.compiled import CompiledInsert, CompiledUpdate
 from quotas_app.models import UsageRecord
 from quotas_app.services import record_usage
 from realtime import events
@@ -34,10 +34,11 @@ from sessions_app.models import Message, Part, Session
 
 from .fencing import LeaseLost, fence, owned
 
-# Every checkpoint that moves the head (a run's start and end, each step): compiled once.
+# What every checkpoint writes (a run's start and end, each step): compiled once.
 _SET_HEAD = CompiledUpdate(
     lambda id: Session.objects.filter(id=id), ("head_id", "updated_at"), id=str
 )
+_MESSAGES, _PARTS = CompiledInsert(Message), CompiledInsert(Part)
 
 # What PostgreSQL refuses in text and jsonb: NUL, and surrogates (alone, as Python strings
 # hold them: a tool's bytes decoded with ``surrogateescape``, a model's ``"\\ud800"``).
@@ -209,10 +210,8 @@ class Checkpointer:
                     {"head_id": head, "updated_at": self.head_stamped}, id=self.session_id
                 )
             self.fence(ending=ending)
-            if new_messages:
-                Message.objects.bulk_create(new_messages)
-            if new_parts:
-                Part.objects.bulk_create(new_parts)
+            _MESSAGES.insert(new_messages)
+            _PARTS.insert(new_parts)
             for obj, fields in dirty.items():
                 type(obj).objects.filter(pk=obj.pk).update(**{f: getattr(obj, f) for f in fields})
             record_usage(usage)

@@ -49,7 +49,7 @@ from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from core import metrics, models_catalog
-from core.compiled import CompiledUpdate, update_of_shape
+from core.compiled import Compiled, CompiledInsert, CompiledUpdate, update_of_shape
 from core.errors import SessionBusyError
 from quotas_app import services as quotas
 from realtime import events
@@ -88,6 +88,20 @@ RESTARTABLE = (S.CANCELLED, S.ERROR)
 
 
 _MOVES: dict = {}  # each shape of ``move``'s UPDATE, compiled once (core/compiled.py)
+_INSERT_RUN = CompiledInsert(Run)
+# The oldest run queued behind ``run_id``: every end asks.
+_QUEUED = Compiled(
+    lambda session_id, run_id, status, strategies: (
+        Run.objects.filter(session_id=session_id, status=status, multitask_strategy__in=strategies)
+        .exclude(id=run_id)
+        .order_by("id")
+        .values_list("id", "created_at")[:1]
+    ),
+    session_id=str,
+    run_id=str,
+    status=str,
+    strategies=list,
+)
 
 
 class MoveNotAllowed(Exception):
@@ -152,7 +166,7 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
         run_id=run.id,
         active_runs=lambda: active_runs(locked.owner_id, run.id),
     )
-    run.save()
+    _INSERT_RUN.insert([run]) if run._state.adding else run.save()  # new, or restarted
     waiting = False
     if busy and run.interrupted_run_id:
         waiting = Run.objects.filter(id=run.interrupted_run_id, status=S.REQUIRES_ACTION).exists()
@@ -456,17 +470,10 @@ def _hand_over(
     """Under the session row lock: pass the busy lock from ``run_id`` to the oldest queued
     run (enqueued after commit), or release it (``session.status`` idle). ``locked``, the
     row read under that lock, follows the change (with ``usage_added``, in one UPDATE)."""
-    queued = (
-        Run.objects.filter(
-            session_id=session_id,
-            status=Run.Status.PENDING,
-            multitask_strategy__in=QUEUED_STRATEGIES,
-        )
-        .exclude(id=run_id)
-        .order_by("id")
-        .values_list("id", "created_at")
-        .first()
+    found = _QUEUED.rows(
+        session_id=session_id, run_id=run_id, status=S.PENDING, strategies=list(QUEUED_STRATEGIES)
     )
+    queued = found[0] if found else None
     next_run = queued[0] if queued else None
     added = usage_added and locked is not None
     usage = {"usage": models_catalog.add_usage(locked.usage or {}, usage_added)} if added else {}
@@ -482,10 +489,9 @@ def _hand_over(
 
 
 def release_if_ended(session_id: str, run_id: str) -> None:
-    """The sweep found the lease of ``run_id``, a run that has ended, expired: under the
-    session row lock the session goes to the oldest queued run, or back to idle — unless
-    ``run_id`` no longer holds it, or holds it alive again (continued in place by
-    ``restart``: pending, it keeps it)."""
+    """The sweep found the lease of ``run_id``, an ended run, expired: under the session row
+    lock the session goes to the oldest queued run, or idle — unless ``run_id`` no longer
+    holds it, or holds it alive again (continued in place by ``restart``: pending)."""
     with transaction.atomic():
         locked = lock.lock_session(session_id)
         # Read again under the lock: the sweep's read came before it.

@@ -368,3 +368,104 @@ def test_a_compiled_update_refuses_what_it_cannot_compile(db):
     )
     with pytest.raises(ImproperlyConfigured, match="one table"):
         joined.update({"model": "x"}, name="y")
+
+
+def test_the_run_queued_next_is_the_orms(owner):
+    """An end hands the session to the oldest run queued behind it (``_hand_over``)."""
+    from runs_app import lifecycle
+    from runs_app.models import Run
+
+    holder = submitted(owner, "say hi")
+    session = holder.session
+    queued = []
+    for strategy in ("reject", "enqueue", "interrupt", "enqueue"):
+        run = Run(session=session, multitask_strategy=strategy, input=[])
+        run.save()
+        queued.append(run)
+    Run.objects.filter(id=queued[1].id).update(status=Run.Status.CANCELLED)
+
+    def by_orm(run_id: str) -> tuple | None:
+        return (
+            Run.objects.filter(
+                session_id=session.id,
+                status="pending",
+                multitask_strategy__in=lifecycle.QUEUED_STRATEGIES,
+            )
+            .exclude(id=run_id)
+            .order_by("id")
+            .values_list("id", "created_at")
+            .first()
+        )
+
+    def compiled(run_id: str) -> tuple | None:
+        found = lifecycle._QUEUED.rows(
+            session_id=session.id,
+            run_id=run_id,
+            status="pending",
+            strategies=list(lifecycle.QUEUED_STRATEGIES),
+        )
+        return found[0] if found else None
+
+    assert compiled(holder.id) == by_orm(holder.id) == (queued[2].id, queued[2].created_at)
+    assert compiled(queued[2].id) == by_orm(queued[2].id) == (queued[3].id, queued[3].created_at)
+    Run.objects.filter(id__in=[queued[2].id, queued[3].id]).update(status="cancelled")
+    with compiled_models() as seen:
+        assert compiled(holder.id) is None
+    assert Run not in seen
+    assert by_orm(holder.id) is None
+
+
+def _rows_of(session: Session) -> tuple[list[Message], list[Part]]:
+    root = Message(session=session, role="user", run_id=None, completed_at=None)
+    reply = Message(session=session, role="assistant", parent=root, tokens={"in": 3}, hidden=True)
+    parts = [
+        Part(message=root, session=session, order=0, type="text", text="hi\n\tthere"),
+        Part(
+            message=reply,
+            session=session,
+            order=1,
+            type="tool",
+            call_id="c1",
+            tool="read",
+            state={"status": "completed", "output": {"lines": [1, None, "x"]}},
+            data={},
+        ),
+        Part(message=reply, session=session, order=2, type="text", text="", state=None),
+    ]
+    return [root, reply], parts
+
+
+def test_a_checkpoint_s_rows_are_stored_as_they_were_made_without_compiling(owner):
+    from django.db.models.sql.compiler import SQLInsertCompiler
+
+    from core.compiled import CompiledInsert
+
+    session = create_session(owner=owner)
+    messages, parts = _rows_of(session)
+    with mock.patch.object(SQLInsertCompiler, "as_sql", side_effect=AssertionError("compiled")):
+        CompiledInsert(Message).insert(messages)
+        CompiledInsert(Part).insert(parts)
+        CompiledInsert(Part).insert([])
+    assert not messages[0]._state.adding and messages[0]._state.db == "default"
+    for row in (*messages, *parts):  # stored as they were, read back by the ORM
+        assert fields(type(row).objects.get(id=row.id), type(row)) == fields(row, type(row))
+    got = {p.order: p for p in Part.objects.filter(session=session)}
+    assert got[0].text == "hi\n\tthere" and got[1].state["output"]["lines"] == [1, None, "x"]
+    assert got[2].state is None and Part.objects.filter(id=parts[2].id, state__isnull=True).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_insert_on_a_database_without_arrays_is_the_orms(owner, monkeypatch):
+    from django.db import connection
+
+    from core.compiled import CompiledInsert
+    from quotas_app.models import UsageRecord
+
+    session = create_session(owner=owner)
+    messages, _parts = _rows_of(session)
+    monkeypatch.setattr(connection, "vendor", "sqlite")
+    CompiledInsert(Message).insert(messages)
+    assert Message.objects.filter(session=session).count() == 2
+    monkeypatch.undo()
+    with pytest.raises(ImproperlyConfigured, match="not inserted by UNNEST"):
+        CompiledInsert(UsageRecord).insert([UsageRecord(user=owner, model="m")])
