@@ -49,3 +49,33 @@ def test_the_pool_is_configured_and_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("DB_POOL_MAX_SIZE", "0")
     plain = database_from_url(url)
     assert "pool" not in plain["OPTIONS"] and not plain["CONN_HEALTH_CHECKS"]
+
+
+@pytest.mark.django_db
+def test_a_statement_run_often_is_prepared_on_its_connection(owner):
+    """PostgreSQL parses and plans a statement a pooled connection runs often once, not at
+    every run's start and end (``DB_PREPARE_THRESHOLD``): Django's default prepares none."""
+    from django.db import connection
+
+    from sessions_app.selectors import session_for_user
+    from sessions_app.services.sessions import create_session
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only")
+    session = create_session(owner=owner)
+    for _ in range(6):
+        assert session_for_user(owner, session.id).id == session.id
+    prepared = connection.connection.execute(
+        "SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s",
+        ['%FROM "sessions_app_session"%'],
+    ).fetchall()
+    assert prepared, "the session read is prepared after its fifth run"
+
+
+def test_prepared_statements_can_be_turned_off(monkeypatch):
+    url = "postgres://u@127.0.0.1:5432/db"
+    options = database_from_url(url)["OPTIONS"]
+    assert options["server_side_binding"] is True and options["prepare_threshold"] == 5
+    monkeypatch.setenv("DB_PREPARE_THRESHOLD", "0")
+    options = database_from_url(url)["OPTIONS"]
+    assert "server_side_binding" not in options and "prepare_threshold" not in options
