@@ -275,19 +275,27 @@ def update_of_shape(
 
 
 class CompiledInsert(Generic[M]):
-    """``bulk_create(rows)`` for a model whose rows carry their primary key (made in Python: no
-    id is read back): on PostgreSQL one statement for any number of rows, compiled once — the
-    form Django itself takes there for several rows, ``INSERT … SELECT * FROM UNNEST(%s::type[],
-    …)`` — with the values prepared as the ORM prepares them (``pre_save``, then
-    ``get_db_prep_save``). Elsewhere (SQLite) ``bulk_create``."""
+    """``bulk_create(rows)`` compiled once, for a model whose rows carry their primary key
+    (made in Python), or whose database-made ids nobody reads (``ids=False``: the rows are
+    left without them). On PostgreSQL a few rows are one ``VALUES`` row each (a statement
+    for each count, up to ``ROWS_EACH``), more are arrays — the form Django itself takes
+    there for several rows, ``INSERT … SELECT * FROM UNNEST(%s::type[], …)`` — whose
+    dumping costs more than a few rows' values; the values are prepared as the ORM prepares
+    them (``pre_save``, then ``get_db_prep_save``). Elsewhere (SQLite) ``bulk_create``."""
 
-    def __init__(self, model: type[M]) -> None:
+    ROWS_EACH = 4
+
+    def __init__(self, model: type[M], *, ids: bool = True) -> None:
         self._model = model
-        self._ready: tuple[str, tuple[Any, ...]] | None = None
+        self._ids = ids
+        self._sql: dict[int, str] = {}  # by row count; 0: the arrays
+        self._fields: tuple[Any, ...] | None = None
 
-    def _compiled(self, connection: Any) -> tuple[str, tuple[Any, ...]]:
+    def _compile(self, connection: Any, count: int) -> str:
         meta = self._model._meta
-        fields = tuple(meta.concrete_fields)
+        fields = tuple(
+            f for f in meta.concrete_fields if self._ids or not getattr(f, "db_returning", False)
+        )
         for field in fields:
             kind = (field.target_field if field.is_relation else field).get_internal_type()
             if (
@@ -295,12 +303,17 @@ class CompiledInsert(Generic[M]):
                 or hasattr(field, "get_placeholder")
                 or getattr(field, "db_returning", False)
             ):
-                raise ImproperlyConfigured(f"{meta.label}.{field.name} is not inserted by UNNEST")
+                raise ImproperlyConfigured(f"{meta.label}.{field.name} is not compiled")
         quote = connection.ops.quote_name
-        columns = ", ".join(quote(f.column) for f in fields)
-        arrays = ", ".join(f"(%s)::{f.db_type(connection).split('(')[0]}[]" for f in fields)
-        sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) SELECT * FROM UNNEST({arrays})"
-        return sql, fields
+        head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)})"
+        if count:
+            row = f"({', '.join(['%s'] * len(fields))})"
+            sql = f"{head} VALUES {', '.join([row] * count)}"
+        else:
+            types = (f.db_type(connection).split("(")[0] for f in fields)
+            sql = f"{head} SELECT * FROM UNNEST({', '.join(f'(%s)::{t}[]' for t in types)})"
+        self._fields = fields
+        return self._sql.setdefault(count, sql)
 
     def insert(self, rows: list[M]) -> None:
         if not rows:
@@ -310,15 +323,22 @@ class CompiledInsert(Generic[M]):
         if connection.vendor != "postgresql":
             self._model._default_manager.using(alias).bulk_create(rows)
             return
-        if self._ready is None:
-            self._ready = self._compiled(connection)
-        sql, fields = self._ready
-        columns = [
-            [field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows]
-            for field in fields
-        ]
+        count = len(rows) if len(rows) <= self.ROWS_EACH else 0
+        sql = self._sql.get(count) or self._compile(connection, count)
+        fields = self._fields or ()
+        if count:
+            params = [
+                field.get_db_prep_save(field.pre_save(row, True), connection)
+                for row in rows
+                for field in fields
+            ]
+        else:
+            params = [
+                [field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows]
+                for field in fields
+            ]
         with connection.cursor() as cursor:
-            cursor.execute(sql, columns)
+            cursor.execute(sql, params)
         for row in rows:  # as bulk_create leaves them: stored
             row._state.adding = False
             row._state.db = alias

@@ -24,6 +24,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import connection
 
+from core.compiled import CompiledInsert
 from core.errors import QuotaExceeded
 
 from . import clock
@@ -290,15 +291,18 @@ def pending_spent(records: Iterable[UsageRecord], now: datetime) -> Spent:
 
 
 COUNTER_COLUMNS = ("input_tokens", "output_tokens", "cached_input_tokens", "cost_usd", "calls")
+# Every model call's record, written with its message: compiled once; its id is not read.
+_RECORDS = CompiledInsert(UsageRecord, ids=False)
 
 
 def record_usage(records: list[UsageRecord]) -> None:
     """Write the records and add them to their users' day and month counters: one INSERT of
     the records and one upsert of the counters, whatever their number. Call inside the
-    transaction that writes the calls' messages (``Checkpointer.flush``)."""
+    transaction that writes the calls' messages (``Checkpointer.flush``). The records are
+    left without their ids (nothing reads them)."""
     if not records:
         return
-    UsageRecord.objects.bulk_create(records)
+    _RECORDS.insert(records)
     sums: dict[tuple[int, str, date], list[Any]] = {}
     for r in records:
         for period, start in (

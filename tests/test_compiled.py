@@ -452,6 +452,40 @@ def test_a_checkpoint_s_rows_are_stored_as_they_were_made_without_compiling(owne
     got = {p.order: p for p in Part.objects.filter(session=session)}
     assert got[0].text == "hi\n\tthere" and got[1].state["output"]["lines"] == [1, None, "x"]
     assert got[2].state is None and Part.objects.filter(id=parts[2].id, state__isnull=True).exists()
+    # More rows than ``ROWS_EACH``: one statement of arrays (UNNEST), the same rows stored.
+    many = [_rows_of(session)[1] for _ in range(3)]
+    rows = [p for made in many for p in made]
+    for message in {p.message for p in rows}:
+        Message.objects.create(id=message.id, session=session, role=message.role)
+    with mock.patch.object(SQLInsertCompiler, "as_sql", side_effect=AssertionError("compiled")):
+        CompiledInsert(Part).insert(rows)
+    assert len(rows) > CompiledInsert.ROWS_EACH
+    for row in rows:
+        assert fields(Part.objects.get(id=row.id), Part) == fields(row, Part)
+
+
+def test_usage_records_are_inserted_without_reading_their_ids(owner):
+    from quotas_app.models import UsageRecord
+    from quotas_app.services import record_usage, usage_record
+
+    session = create_session(owner=owner)
+    made = [
+        usage_record(
+            user_id=owner.pk,
+            session_id=session.id,
+            run_id="run_x",
+            message_id=f"msg_{i}",
+            model="scripted",
+            usage={"input_tokens": 10 + i, "output_tokens": 5, "cost_usd": "0.25"},
+        )
+        for i in range(6)
+    ]
+    record_usage(made[:1])
+    record_usage(made[1:])
+    stored = UsageRecord.objects.filter(session_id=session.id).order_by("message_id")
+    assert [(r.message_id, r.input_tokens, str(r.cost_usd)) for r in stored] == [
+        (f"msg_{i}", 10 + i, "0.25000000") for i in range(6)
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -467,5 +501,5 @@ def test_an_insert_on_a_database_without_arrays_is_the_orms(owner, monkeypatch):
     CompiledInsert(Message).insert(messages)
     assert Message.objects.filter(session=session).count() == 2
     monkeypatch.undo()
-    with pytest.raises(ImproperlyConfigured, match="not inserted by UNNEST"):
+    with pytest.raises(ImproperlyConfigured, match="is not compiled"):
         CompiledInsert(UsageRecord).insert([UsageRecord(user=owner, model="m")])
