@@ -100,7 +100,7 @@ def test_a_killed_worker_with_100_runs_in_flight_loses_none_and_runs_no_tool_twi
     worker = procs.worker(env, tmp_path)
     try:
         # Long enough that the first runs still wait when the last has done its side effect:
-        # a host starts RUN_STARTING_AT_ONCE (2) runs at a time, 100 take a few seconds.
+        # a host starts RUN_STARTING_AT_ONCE (3) runs at a time, 100 take a few seconds.
         script = "append log.txt once\nwait 10\nsay done"
         runs = _start(http, script)
         workspace = tmp_path / "ws"
