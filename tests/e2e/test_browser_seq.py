@@ -5,6 +5,8 @@ chat then shows what a reload shows."""
 
 from __future__ import annotations
 
+import pytest
+
 from core.ids import message_id, part_id
 from realtime import events
 
@@ -126,3 +128,61 @@ def test_a_run_whose_last_events_never_came_is_read_again_after_a_quiet_while(pa
     )
     wait_idle(page)
     assert page.evaluate(SHOWN) == as_a_reload_shows(page)
+
+
+@pytest.mark.allow_status(409)  # the branch switch, refused while the run goes on
+def test_missed_events_are_read_again_after_a_branch_switch_the_server_refused(page, server):
+    """A read of the path begun before a branch switch is set aside when it answers after it
+    (the switch reads its own path). A switch the server refuses (the session is busy) reads
+    none: the read set aside, asked for missed events (a gap in ``prev``), is asked again —
+    what those events said shows while the run goes on, not only once it ends."""
+    dropping = {"on": False, "dropped": 0}
+
+    def keep(event: dict) -> bool:
+        part = event.get("part") or {}
+        if dropping["on"] and "waiting" in (event.get("text"), part.get("text")):
+            dropping["dropped"] += 1  # every word of it: the next event's ``prev`` shows the gap
+            return False
+        return True
+
+    filter_session_events(page, keep)
+    login(page, server)
+    new_session(page)
+    send(page, "say first")
+    answer(page, "first")
+    first_user = page.locator("#messages .msg.user").first
+    first_user.hover()
+    first_user.get_by_role("button", name="Edit", exact=True).click()
+    first_user.locator("textarea.edit-text").fill("say second")
+    first_user.get_by_role("button", name="Send the edited message").click()
+    answer(page, "second")
+
+    held, holding = [], [True]
+
+    def hold(route) -> None:  # noqa: ANN001 - read by the server now, handed over later
+        if not dropping["dropped"] or not holding[0]:  # reads from before the gap pass
+            route.continue_()
+            return
+        held.append((route, route.fetch()))
+
+    page.route("**/messages/", hold)  # the unpaged reads: the refetch for the gap
+    dropping["on"] = True
+    send(page, "write a.txt x\nsay waiting\nwait 20\nsay done")  # a step, then a long one
+    for _ in range(100):
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert dropping["dropped"], "the second step's text was dropped"
+    assert held, "the chat read the path again for the event it missed"
+    # The reader switches branches while the run goes on: the server refuses (busy).
+    page.locator("#messages .msg.user").first.get_by_role("button", name="Previous branch").click()
+    page.locator("#error:not([hidden])").wait_for(timeout=10_000)  # the 409, said
+    said = page.locator("#messages .msg.assistant .text", has_text="waiting")
+    assert said.count() == 0, "the dropped text is not shown yet"
+    holding[0] = False
+    for route, response in held:
+        route.fulfill(response=response)  # answered after the switch that failed
+    said.wait_for(timeout=5_000)
+    assert page.evaluate("() => document.getElementById('status').textContent") == "busy", (
+        "shown while the run still runs, not by its end"
+    )
