@@ -4,7 +4,7 @@ ORM gives; the hot reads use it (no compilation per request or run start)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from decimal import Decimal
 from unittest import mock
 
@@ -27,16 +27,16 @@ from .conftest import submitted
 
 
 @contextmanager
-def compiled_models() -> Iterator[list[type]]:
-    """The model of every queryset compiled meanwhile."""
+def compiled_models(compiler: type = SQLCompiler) -> Iterator[list[type]]:
+    """The model of every query ``compiler`` compiled meanwhile (a SELECT's by default)."""
     seen: list[type] = []
-    original = SQLCompiler.as_sql
+    original = compiler.as_sql
 
     def recording(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
         seen.append(self.query.model)
         return original(self, *args, **kwargs)
 
-    with mock.patch.object(SQLCompiler, "as_sql", recording):
+    with mock.patch.object(compiler, "as_sql", recording):
         yield seen
 
 
@@ -263,20 +263,11 @@ def test_a_list_value_on_a_database_without_arrays_is_read_by_the_orm(owner, mon
     assert seen.count(Message) == 3, "compiled once to know it, then by the ORM each time"
 
 
-@contextmanager
-def compiled_updates() -> Iterator[list[type]]:
+def compiled_updates() -> AbstractContextManager[list[type]]:
     """The model of every UPDATE compiled meanwhile."""
     from django.db.models.sql.compiler import SQLUpdateCompiler
 
-    seen: list[type] = []
-    original = SQLUpdateCompiler.as_sql
-
-    def recording(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
-        seen.append(self.query.model)
-        return original(self, *args, **kwargs)
-
-    with mock.patch.object(SQLUpdateCompiler, "as_sql", recording):
-        yield seen
+    return compiled_models(SQLUpdateCompiler)
 
 
 def test_a_run_s_moves_are_compiled_once_and_write_what_the_orm_writes(owner):

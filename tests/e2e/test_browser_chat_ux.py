@@ -8,7 +8,7 @@ import re
 
 from playwright.sync_api import expect
 
-from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
+from .ui import LAST_ASSISTANT_TEXT, edit_first_message, login, new_session, send, wait_idle
 
 USERS = "() => [...document.querySelectorAll('#messages .msg.user .text')].map(e => e.textContent)"
 FILES = "() => [...document.querySelectorAll('#files li[data-path]')].map(e => e.dataset.path)"
@@ -62,10 +62,7 @@ def test_a_read_of_the_path_that_answers_after_a_branch_switch_is_set_aside(page
     new_session(page)
     send(page, "say first")
     answer(page, "first")
-    first_user = page.locator("#messages .msg.user").first
-    first_user.hover()
-    first_user.get_by_role("button", name="Edit", exact=True).click()
-    first_user.locator("textarea.edit-text").fill("say second")
+    first_user = edit_first_message(page, "say second")
     held, holding = [], [True]
 
     def hold(route) -> None:  # noqa: ANN001 - read by the server now, handed over later

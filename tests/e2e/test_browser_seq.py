@@ -10,7 +10,15 @@ import pytest
 from core.ids import message_id, part_id
 from realtime import events
 
-from .ui import LAST_ASSISTANT_TEXT, filter_session_events, login, new_session, send, wait_idle
+from .ui import (
+    LAST_ASSISTANT_TEXT,
+    edit_first_message,
+    filter_session_events,
+    login,
+    new_session,
+    send,
+    wait_idle,
+)
 
 # What the reader sees of each message: its role and the text of its parts.
 SHOWN = """() => [...document.querySelectorAll('#messages .msg')].map((m) => [
@@ -150,10 +158,7 @@ def test_missed_events_are_read_again_after_a_branch_switch_the_server_refused(p
     new_session(page)
     send(page, "say first")
     answer(page, "first")
-    first_user = page.locator("#messages .msg.user").first
-    first_user.hover()
-    first_user.get_by_role("button", name="Edit", exact=True).click()
-    first_user.locator("textarea.edit-text").fill("say second")
+    first_user = edit_first_message(page, "say second")
     first_user.get_by_role("button", name="Send the edited message").click()
     answer(page, "second")
 

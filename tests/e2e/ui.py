@@ -76,6 +76,16 @@ def new_session(page) -> str:
     return page.url.rstrip("/").rsplit("/", 1)[-1]
 
 
+def edit_first_message(page, text: str):  # noqa: ANN201 - a Playwright Locator
+    """Open the first user message's editor with ``text`` in it (a new branch once sent with
+    its "Send the edited message" button): that message, for the caller to send."""
+    first_user = page.locator("#messages .msg.user").first
+    first_user.hover()
+    first_user.get_by_role("button", name="Edit", exact=True).click()
+    first_user.locator("textarea.edit-text").fill(text)
+    return first_user
+
+
 def files_on_disk(server, session_id: str) -> dict[str, str]:
     """The session's worktree as the server left it on disk (``.git`` aside)."""
     root = server.tmp / "workspaces" / session_id
