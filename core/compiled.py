@@ -9,7 +9,8 @@ same conversions (a JSON field's decoding), for about a quarter of the CPU
 (``tests/test_compiled.py`` checks each result against the ORM's).
 
 Only for querysets whose SQL does not depend on the values (equality lookups, no ``None``):
-each value must reach the SQL's parameters unchanged, which the first compilation checks. A
+each value must reach the SQL's parameters unchanged, which the first compilation checks
+(the statement's own constants, such as a status it filters on, stay as they are). A
 ``list`` value (an ``__in`` lookup, whose SQL has one placeholder per item) is one array
 parameter on PostgreSQL (``= ANY(%s)``); elsewhere (SQLite) such a queryset is built and run
 by the ORM each time.
@@ -32,13 +33,55 @@ from django.db.models.sql.subqueries import UpdateQuery
 from django.db.transaction import TransactionManagementError
 
 M = TypeVar("M", bound=Model)
-_MARKER_INT = -(2**62)  # no id is negative
+# The values a statement is compiled with, to find them among its parameters. An int may be
+# a positive 32-bit field's (Django makes a lookup outside a field's range an empty result,
+# not SQL): near its top, far above any id, epoch or count.
+_MARKER_INT = 2**31 - 1000
+_MARKER_AT = datetime(1901, 1, 1, tzinfo=UTC)  # no lease or stamp is this old
+
+
+def _markers(kinds: dict[str, type], allowed: tuple[type, ...]) -> dict[str, Any]:
+    """A marker for each value named in ``kinds`` (a list's: its one item)."""
+    markers: dict[str, Any] = {}
+    for i, (name, kind) in enumerate(kinds.items()):
+        if kind not in allowed:
+            names = ", ".join(k.__name__ for k in allowed[:-1])
+            raise ImproperlyConfigured(
+                f"{name}: only {names} and {allowed[-1].__name__} values are compiled"
+            )
+        if kind is int:
+            markers[name] = _MARKER_INT + i
+        elif kind is datetime:
+            markers[name] = _MARKER_AT + timedelta(microseconds=i)
+        else:
+            markers[name] = f"\x00{name}\x00"
+    return markers
+
+
+def _holds_marker(param: Any) -> bool:
+    if isinstance(param, str):
+        return "\x00" in param
+    if isinstance(param, int):
+        return param >= _MARKER_INT
+    return isinstance(param, datetime) and param < _MARKER_AT + timedelta(seconds=1)
+
+
+def _named(param: Any, markers: dict[str, Any], sql: str) -> str | None:
+    """The value whose marker ``param`` is, or None: a constant of the statement's own. A
+    marker that reached it changed (``icontains``'s ``%…%``) is refused."""
+    # (An int may come wrapped: psycopg's Int4 for a 32-bit field.)
+    named = [n for n, m in markers.items() if isinstance(param, type(m)) and m == param]
+    if len(named) == 1:
+        return named[0]
+    if named or _holds_marker(param):
+        raise ImproperlyConfigured(f"a parameter that is no value's: {param!r} in {sql}")
+    return None
 
 
 @dataclass(frozen=True)
 class _Ready:
     sql: str
-    order: tuple[str, ...]  # the value's name for each parameter of ``sql``
+    order: tuple[tuple[str | None, Any], ...]  # each parameter: a value's name, or a constant
     compiler: SQLCompiler
     alias: str
     names: tuple[str, ...]  # a model's field attnames, or a values() queryset's keys
@@ -59,7 +102,7 @@ def _as_array(sql: str, index: int) -> str:
 
 class Compiled(Generic[M]):
     """``build(**markers)``'s SQL, run with other values. ``kinds`` names each value and its
-    type (``str`` or ``int``)."""
+    type (``str``, ``int``, or ``list``: an ``__in`` lookup's)."""
 
     def __init__(self, build: Callable[..., QuerySet[M]], **kinds: type) -> None:
         self._build = build
@@ -74,29 +117,20 @@ class Compiled(Generic[M]):
             return self._ready
 
     def _compiled(self) -> _Ready:
-        markers: dict[str, Any] = {}
-        for i, (name, kind) in enumerate(self._kinds.items()):
-            if kind is int:
-                markers[name] = _MARKER_INT + i
-            elif kind in (str, list):
-                markers[name] = f"\x00{name}\x00"
-            else:
-                raise ImproperlyConfigured(f"{name}: only str, int and list values are compiled")
+        markers = _markers(self._kinds, (str, int, list))
         lists = {name for name, kind in self._kinds.items() if kind is list}
         queryset = self._build(
             **{n: [m] if n in lists else m for n, m in markers.items()}  # one item each
         )
         compiler = queryset.query.get_compiler(queryset.db)
         sql, params = compiler.as_sql()
-        order = []
+        order: list[tuple[str | None, Any]] = []
         for index, param in enumerate(params):
-            named = [n for n, m in markers.items() if type(m) is type(param) and m == param]
-            if len(named) != 1:
-                raise ImproperlyConfigured(f"a parameter that is no value's: {param!r} in {sql}")
-            if named[0] in lists:
+            name = _named(param, markers, sql)
+            if name in lists:
                 sql = _as_array(sql, index)
-            order.append(named[0])
-        if set(order) != set(markers):
+            order.append((name, None if name else param))
+        if {name for name, _ in order if name} != set(markers):
             raise ImproperlyConfigured(f"values that reach no parameter: {sql}")
         query = queryset.query
         if queryset._fields is not None:  # values()
@@ -116,7 +150,7 @@ class Compiled(Generic[M]):
             raise TypeError(f"expected the values {sorted(self._kinds)}")
         if ready.by_orm:  # the same columns, read and converted by the ORM
             return list(self._build(**values).values_list(*ready.names))
-        params = [values[name] for name in ready.order]
+        params = [values[name] if name else constant for name, constant in ready.order]
         connection = connections[ready.alias]
         if ready.locking and connection.get_autocommit():
             raise TransactionManagementError(
@@ -153,12 +187,6 @@ class Compiled(Generic[M]):
         return [dict(zip(ready.names, row, strict=True)) for row in self._rows(ready, values)]
 
 
-_MARKER_AT = datetime(1901, 1, 1, tzinfo=UTC)  # no lease or stamp is this old
-# An update's int keys may be a positive 32-bit field's (Django makes a lookup outside a
-# field's range an empty result, not SQL): near its top, far above any epoch or count.
-_MARKER_KEY = 2**31 - 1000
-
-
 class CompiledUpdate(Generic[M]):
     """``build(**keys).update(**set, **fixed)``'s SQL, compiled once, run with other ``keys``
     and other values of the fields ``set`` names (``fixed``: expressions compiled in, such as
@@ -190,16 +218,7 @@ class CompiledUpdate(Generic[M]):
             return self._ready
 
     def _compiled(self) -> tuple[str, tuple[tuple[str, Any], ...], str]:
-        keys: dict[str, Any] = {}
-        for i, (name, kind) in enumerate(self._kinds.items()):
-            if kind is int:
-                keys[name] = _MARKER_KEY + i
-            elif kind is str:
-                keys[name] = f"\x00{name}\x00"
-            elif kind is datetime:
-                keys[name] = _MARKER_AT + timedelta(microseconds=i)
-            else:
-                raise ImproperlyConfigured(f"{name}: only str, int and datetime keys are compiled")
+        keys = _markers(self._kinds, (str, int, datetime))
         sets = {name: f"\x00set {name}\x00" for name in self._set}
         queryset = self._build(**keys)
         query = queryset.query.chain(UpdateQuery)
@@ -213,17 +232,12 @@ class CompiledUpdate(Generic[M]):
         meta = queryset.model._meta
         order: list[tuple[str, Any]] = []
         for param in params:
-            # (An int may come wrapped: psycopg's Int4 for a 32-bit field.)
-            key = [n for n, m in keys.items() if isinstance(param, type(m)) and m == param]
             field = [n for n, m in sets.items() if m == param]
-            if len(key) + len(field) > 1:
-                raise ImproperlyConfigured(f"a parameter of two values: {param!r} in {sql}")
-            if key:
-                order.append(("key", key[0]))
-            elif field:
+            key = None if field else _named(param, keys, sql)
+            if field:
                 order.append(("set", meta.get_field(field[0])))
-            elif _holds_marker(param):
-                raise ImproperlyConfigured(f"a parameter that is no value's: {param!r} in {sql}")
+            elif key:
+                order.append(("key", key))
             else:
                 order.append(("fixed", param))
         named = {v if k == "key" else v.attname for k, v in order if k != "fixed"}
@@ -253,14 +267,6 @@ class CompiledUpdate(Generic[M]):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.rowcount
-
-
-def _holds_marker(param: Any) -> bool:
-    if isinstance(param, str):
-        return "\x00" in param
-    if isinstance(param, int):
-        return param >= _MARKER_KEY
-    return isinstance(param, datetime) and param < _MARKER_AT + timedelta(seconds=1)
 
 
 def update_of_shape(

@@ -87,20 +87,20 @@ MOVES: dict[tuple[str, str], str] = {
 RESTARTABLE = (S.CANCELLED, S.ERROR)
 
 
-_MOVES: dict = {}  # each shape of ``move``'s UPDATE, compiled once (core/compiled.py)
+_Shape = tuple[tuple[str, ...], bool, bool, bool, tuple[str, ...]]  # sources, filters, fields
+_MOVES: dict[_Shape, CompiledUpdate] = {}  # ``move``'s UPDATE of each shape, compiled once
 _INSERT_RUN = CompiledInsert(Run)
-# The oldest run queued behind ``run_id``: every end asks.
-_QUEUED = Compiled(
-    lambda session_id, run_id, status, strategies: (
-        Run.objects.filter(session_id=session_id, status=status, multitask_strategy__in=strategies)
+_QUEUED = Compiled(  # the oldest run queued behind another: every end asks
+    lambda session_id, run_id: (
+        Run.objects.filter(
+            session_id=session_id, status=S.PENDING, multitask_strategy__in=QUEUED_STRATEGIES
+        )
         .exclude(id=run_id)
         .order_by("id")
         .values_list("id", "created_at")[:1]
     ),
     session_id=str,
     run_id=str,
-    status=str,
-    strategies=list,
 )
 
 
@@ -131,11 +131,12 @@ def move(
     values = {"status": to, **fields}
     shape = (sources, epoch is not None, unless_aborted, new_epoch, tuple(values))
     keys = {"id": run_id} if epoch is None else {"id": run_id, "epoch": epoch}
-    return update_of_shape(_MOVES, shape, lambda: _move_update(*shape)).update(values, **keys)
+    return update_of_shape(_MOVES, shape, lambda: _move_update(shape)).update(values, **keys)
 
 
-def _move_update(sources, fenced, unless_aborted, new_epoch, names) -> CompiledUpdate:  # noqa: ANN001
+def _move_update(shape: _Shape) -> CompiledUpdate:
     """``move``'s UPDATE of one shape (its sources, filters and fields), compiled once."""
+    sources, fenced, unless_aborted, new_epoch, names = shape
 
     def rows(id: str, epoch: int = 0) -> QuerySet[Run]:
         found = Run.objects.filter(id=id, status__in=sources)
@@ -166,7 +167,10 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
         run_id=run.id,
         active_runs=lambda: active_runs(locked.owner_id, run.id),
     )
-    _INSERT_RUN.insert([run]) if run._state.adding else run.save()  # new, or restarted
+    if run._state.adding:
+        _INSERT_RUN.insert([run])
+    else:  # continued in place (``restart``)
+        run.save()
     waiting = False
     if busy and run.interrupted_run_id:
         waiting = Run.objects.filter(id=run.interrupted_run_id, status=S.REQUIRES_ACTION).exists()
@@ -412,8 +416,7 @@ def resume_decided(locked: Session, run: Run) -> None:
 
 
 def cancel_waiting(run: Run, *, reason: str = "cancelled") -> Run:
-    """End a run that waits for its owner: its undecided calls are interrupted (``reason``),
-    the run ``cancelled``, the session handed over (to a queued run, or idle)."""
+    """End a run waiting for its owner: undecided calls interrupted, the session handed over."""
     with transaction.atomic():
         locked = lock.lock_session(run.session_id)
         updated = move(
@@ -448,9 +451,9 @@ def finish_unstarted(run: Run, status: str = Run.Status.CANCELLED) -> Run:
 
 
 def restart(locked: Session, run: Run, **fields: object) -> Run:
-    """Under the session row lock: ``run``, which ended without completing (cancelled,
-    error), goes on in place — the same id back to ``pending`` with ``fields`` (its new
-    branch…), admitted as a new request would be (``admit``: queued, started or refused)."""
+    """Under the session row lock: ``run``, ended without completing (cancelled, error), goes
+    on in place — the same id back to ``pending`` with ``fields`` (its new branch…), admitted
+    as a new request would be (``admit``)."""
     fields = {
         "abort_requested": False,
         "error": None,
@@ -470,10 +473,7 @@ def _hand_over(
     """Under the session row lock: pass the busy lock from ``run_id`` to the oldest queued
     run (enqueued after commit), or release it (``session.status`` idle). ``locked``, the
     row read under that lock, follows the change (with ``usage_added``, in one UPDATE)."""
-    found = _QUEUED.rows(
-        session_id=session_id, run_id=run_id, status=S.PENDING, strategies=list(QUEUED_STRATEGIES)
-    )
-    queued = found[0] if found else None
+    queued = next(iter(_QUEUED.rows(session_id=session_id, run_id=run_id)), None)
     next_run = queued[0] if queued else None
     added = usage_added and locked is not None
     usage = {"usage": models_catalog.add_usage(locked.usage or {}, usage_added)} if added else {}

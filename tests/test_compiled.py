@@ -389,12 +389,7 @@ def test_the_run_queued_next_is_the_orms(owner):
         )
 
     def compiled(run_id: str) -> tuple | None:
-        found = lifecycle._QUEUED.rows(
-            session_id=session.id,
-            run_id=run_id,
-            status="pending",
-            strategies=list(lifecycle.QUEUED_STRATEGIES),
-        )
+        found = lifecycle._QUEUED.rows(session_id=session.id, run_id=run_id)
         return found[0] if found else None
 
     assert compiled(holder.id) == by_orm(holder.id) == (queued[2].id, queued[2].created_at)
