@@ -3,7 +3,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 import uuid
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -93,6 +95,7 @@ def page(browser, request):
             else None
         ),
     )
+    trace = _trace(page)
     yield page
     # "Failed to load resource" console lines are judged through the responses themselves.
     # A test that stops the server on purpose (``@pytest.mark.server_restarts``) sees the
@@ -112,8 +115,33 @@ def page(browser, request):
         for name in ("server", "embedded_server"):
             if name in request.fixturenames:
                 print(request.getfixturevalue(name).logs())
+        # And what the page asked for and heard, in order (a flake says where it stood).
+        print("the page's last requests and socket frames:\n" + "\n".join(trace))
     assert not errors, "browser console errors:\n" + "\n".join(errors)
     assert not failed, "failed requests:\n" + "\n".join(failed)
+
+
+def _trace(page) -> deque[str]:  # noqa: ANN001 - a Playwright page
+    """The page's requests, their ends and the frames its sockets received: the last 200,
+    stamped in seconds from the start of the test."""
+    lines: deque[str] = deque(maxlen=200)
+    start = time.monotonic()
+
+    def add(text: str) -> None:
+        lines.append(f"{time.monotonic() - start:8.3f} {text}")
+
+    page.on("request", lambda r: add(f"> {r.method} {r.url}"))
+    page.on("requestfinished", lambda r: add(f"< {r.method} {r.url}"))
+    page.on("requestfailed", lambda r: add(f"! {r.method} {r.url} {r.failure}"))
+    page.on(
+        "websocket",
+        lambda ws: (
+            add(f"socket {ws.url}"),
+            ws.on("framereceived", lambda f: add(f"ws {str(f)[:200]}")),
+            ws.on("close", lambda _ws: add("socket closed")),
+        ),
+    )
+    return lines
 
 
 @pytest.fixture
