@@ -148,7 +148,12 @@ export async function loadMessages(merge) {
   const page = merge ? await call("GET", api("/messages/"))
     : await firstRead("messages", () => call("GET", api(`/messages/?limit=${FIRST_PAGE}`)));
   if (sid !== currentSessionId()) return; // the sidebar switched sessions meanwhile
-  if (begun !== pathReads) return; // the path moved meanwhile: its own read has it
+  if (begun !== pathReads) {
+    // The path moved (or was about to: a branch switch) meanwhile: its own read has it. A
+    // switch the server refused reads none, so a merge read set aside is asked again.
+    if (merge) scheduleRefetch();
+    return;
+  }
   if (!merge) scrollToEndNext();
   readPage(page, merge, merge ? undefined : fullPages(page.previous));
 }

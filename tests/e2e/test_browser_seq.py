@@ -5,6 +5,8 @@ chat then shows what a reload shows."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from core.ids import message_id, part_id
@@ -186,6 +188,78 @@ def test_missed_events_are_read_again_after_a_branch_switch_the_server_refused(p
     assert said.count() == 0, "the dropped text is not shown yet"
     holding[0] = False
     for route, response in held:
+        route.fulfill(response=response)  # answered after the switch that failed
+    said.wait_for(timeout=5_000)
+    assert page.evaluate("() => document.getElementById('status').textContent") == "busy", (
+        "shown while the run still runs, not by its end"
+    )
+
+
+@pytest.mark.allow_status(409)  # the branch switch, refused while the run goes on
+def test_events_left_out_by_a_reload_are_read_again_after_a_branch_switch_the_server_refused(
+    page, server
+):
+    """While the path reloads, its events are left out and read afterwards (a merge read of
+    the path). When a branch switch comes between, that read is set aside: the switch reads its
+    own path. A switch the server refuses (busy) reads none, so the set-aside read is asked
+    again — the text it holds shows while the run goes on, not 20 s later at its end."""
+    streamed = {"waiting": False}
+
+    def keep(event: dict) -> bool:
+        part = event.get("part") or {}
+        if "waiting" in (event.get("text"), part.get("text")):
+            streamed["waiting"] = True
+        return True
+
+    filter_session_events(page, keep)
+    login(page, server)
+    new_session(page)
+    send(page, "say first")
+    answer(page, "first")
+    first_user = edit_first_message(page, "say second")
+    first_user.get_by_role("button", name="Send the edited message").click()
+    answer(page, "second")
+    first_user = page.locator("#messages .msg.user").first
+    first_user.hover()
+    first_user.locator("> .actions button.revert-here").click()
+    page.wait_for_selector("#revert-bar:not([hidden])")
+
+    reload_reads, merge_reads = [], []
+    holding = {"phase": "reload"}  # then "merge" (the read after the reload), then "off"
+
+    def hold(route) -> None:  # noqa: ANN001 - read by the server now, handed over later
+        paged = "?limit=" in route.request.url
+        if holding["phase"] == "reload" and paged:
+            reload_reads.append((route, route.fetch()))
+        elif holding["phase"] == "merge" and not paged:
+            merge_reads.append((route, route.fetch()))
+        else:
+            route.continue_()
+
+    page.route(re.compile(r"/messages/(\?limit=\d+)?$"), hold)
+    # Sent over the revert: the head moves, the path reloads (read before the text is, a
+    # step later), and the run streams while that read is held.
+    send(page, "wait 1\nsay waiting\nwait 20\nsay done")
+    for _ in range(150):
+        if reload_reads and streamed["waiting"]:
+            break
+        page.wait_for_timeout(100)
+    assert reload_reads and streamed["waiting"], "the text streamed while the path reloaded"
+    holding["phase"] = "merge"
+    for route, response in reload_reads:
+        route.fulfill(response=response)  # read before the text was: without it
+    for _ in range(100):
+        if merge_reads:
+            break
+        page.wait_for_timeout(100)
+    assert merge_reads, "the chat read the path again for the events the reload left out"
+    said = page.locator("#messages .msg.assistant .text", has_text="waiting")
+    assert said.count() == 0, "the text left out is not shown yet"
+    # The reader switches branches while the run goes on: the server refuses (busy).
+    page.locator("#messages .msg.user").first.get_by_role("button", name="Previous branch").click()
+    page.locator("#error:not([hidden])").wait_for(timeout=10_000)  # the 409, said
+    holding["phase"] = "off"
+    for route, response in merge_reads:
         route.fulfill(response=response)  # answered after the switch that failed
     said.wait_for(timeout=5_000)
     assert page.evaluate("() => document.getElementById('status').textContent") == "busy", (
