@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from core.compiled import CompiledInsert, CompiledUpdate
+from core.compiled import CompiledInsert, CompiledUpdate, update_of_shape
 from quotas_app.models import UsageRecord
 from quotas_app.services import record_usage
 from realtime import events
@@ -39,6 +39,9 @@ _SET_HEAD = CompiledUpdate(
     lambda id: Session.objects.filter(id=id), ("head_id", "updated_at"), id=str
 )
 _MESSAGES, _PARTS = CompiledInsert(Message), CompiledInsert(Part)
+# The fields of a stored message or part that changed (a part's text and state, a message's
+# end): an UPDATE for each model and set of fields, compiled at its first use.
+_CHANGED: dict[Hashable, CompiledUpdate[Any]] = {}
 
 # What PostgreSQL refuses in text and jsonb: NUL, and surrogates (alone, as Python strings
 # hold them: a tool's bytes decoded with ``surrogateescape``, a model's ``"\\ud800"``).
@@ -213,7 +216,7 @@ class Checkpointer:
             _MESSAGES.insert(new_messages)
             _PARTS.insert(new_parts)
             for obj, fields in dirty.items():
-                type(obj).objects.filter(pk=obj.pk).update(**{f: getattr(obj, f) for f in fields})
+                _write_changed(obj, fields)
             record_usage(usage)
             if held:
                 session_id = self.session_id
@@ -270,3 +273,19 @@ def write_streamed_texts(texts: list[tuple[str, str, str, int | None]]) -> set[s
                 [(text, part_id, len(text)) for part_id, text in texts],
             )
     return lost
+
+
+def _write_changed(obj: models.Model, fields: set[str]) -> None:
+    """Stores ``fields`` of ``obj``, a row stored before. A run's own row goes through the
+    ORM: what is compiled of runs is ``lifecycle.move``'s alone (tests/test_structure.py)."""
+    model, values = type(obj), {f: getattr(obj, f) for f in fields}
+    if model not in (Message, Part):
+        model.objects.filter(pk=obj.pk).update(**values)
+        return
+    names = tuple(sorted(fields))
+    update = update_of_shape(
+        _CHANGED,
+        (model, names),
+        lambda: CompiledUpdate(lambda id: model.objects.filter(id=id), names, id=str),
+    )
+    update.update(values, id=obj.pk)

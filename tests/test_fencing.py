@@ -569,3 +569,42 @@ def test_an_end_never_waits_in_a_cycle_with_the_streamed_text_writer(owner):
     thread.join()
     assert Run.objects.get(id=run.id).status == Run.Status.COMPLETED
     assert Part.objects.get(id=part.id).text in ("a whole answer", "a whole")
+
+
+def test_changed_fields_are_compiled_updates_that_a_stale_execution_cannot_write(owner):
+    """A checkpoint stores the fields of stored rows that changed (a part's text and state, a
+    message's end) with one UPDATE compiled for each model and set of fields: what the ORM
+    would store (JSON, NULL, datetimes), compiled once, and fenced like the rest."""
+    from .test_compiled import compiled_updates
+
+    run = _running(owner)
+    writer = Checkpointer(run.session_id, run_id=run.id, epoch=run.lease_epoch)
+    message = _message(run)
+    part = Part(message_id=message.id, session_id=run.session_id, order=0, type="tool", text="")
+    writer.add(message)
+    writer.add(part)
+    writer.flush()
+    ended = timezone.now()
+    with compiled_updates() as compiled:
+        for i in range(3):
+            message.completed_at, message.structured = ended, None
+            message.tokens = {"input": i, "output": 2, "nested": {"list": [1, "two", None]}}
+            part.text, part.state = f"step {i}", {"status": "completed", "output": "ok\n"}
+            writer.touch(message, "completed_at", "tokens", "structured")
+            writer.touch(part, "text", "state")
+            writer.flush()
+    assert sorted(m.__name__ for m in compiled).count("Message") <= 1
+    assert sorted(m.__name__ for m in compiled).count("Part") <= 1
+    stored = Message.objects.get(id=message.id)
+    assert (stored.completed_at, stored.structured) == (ended, None)
+    assert stored.tokens == {"input": 2, "output": 2, "nested": {"list": [1, "two", None]}}
+    assert Message.objects.filter(id=message.id, structured__isnull=True).exists()  # SQL NULL
+    stored_part = Part.objects.get(id=part.id)
+    assert (stored_part.text, stored_part.state) == ("step 2", part.state)
+
+    _take_over(run)  # the lease went to another execution: this one's changes are refused
+    part.text = "stale"
+    writer.touch(part, "text")
+    with pytest.raises(LeaseLost):
+        writer.flush()
+    assert Part.objects.get(id=part.id).text == "step 2"
