@@ -15,8 +15,6 @@ that the worktree itself contains is never used or changed (it is excluded).
 
 Every git process starts in one place, ``Snapshots._run``: with a timeout
 (``SNAPSHOT_GIT_TIMEOUT_SECONDS``), and nothing but ``SnapshotError`` ever comes out of it.
-The other modules of ``workspace`` that need git take a ``Snapshots`` and go through its
-``run``, ``check`` and ``git``.
 The worktree is hostile (SEMANTICS 11.1): the runner gives git an environment of its own (no
 system or global config, no replace objects, nothing of the server's) and overrides
 (``GIT_OVERRIDES``) that switch off hooks, fsmonitor, submodules and protocols, and it leaves
@@ -48,6 +46,7 @@ is called from here — ``git_output`` (what git prints), ``git_dirs`` (the git 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -176,7 +175,7 @@ class Snapshots:
         snapshot, never the run's worker. Anything else (a Celery time limit, ^C) goes on up
         after the process is killed."""
         limit = settings.SNAPSHOT_GIT_TIMEOUT_SECONDS if timeout is None else timeout
-        git = shutil.which("git")  # looked up on the server's PATH: git's own PATH is empty
+        git = _git(os.environ.get("PATH"))
         if git is None:
             raise SnapshotError(f"git {args[0]}: git is not installed")
         held = writer_fd(self.git_dir) if index is None else None
@@ -492,3 +491,9 @@ def store_path() -> Path:
 
 def for_session(session) -> Snapshots:  # noqa: ANN001 - a sessions_app.models.Session
     return Snapshots(git_dir=session.snapshot_dir, worktree=session.worktree, objects=store_path())
+
+
+@functools.lru_cache(maxsize=4)
+def _git(path: str | None) -> str | None:
+    """git on the server's PATH (git's own PATH is empty), looked up once for each PATH."""
+    return shutil.which("git", path=path)
