@@ -33,6 +33,8 @@ from channels.layers import DEFAULT_CHANNEL_LAYER, channel_layers, get_channel_l
 from django.conf import settings
 from django.db import transaction
 
+from .channel_layer import PREV_MARK, SEQ_MARK
+
 log = logging.getLogger(__name__)
 SEND_BATCH = 500  # events a Redis round trip carries at most
 BUSY_PER_100MS = 100  # above this many events in 100 ms, a batch lingers SEND_LINGER first
@@ -351,6 +353,10 @@ class Publisher:
                 delay = min(1.0, delay * 2)
 
     async def _number_and_send(self, items: list[tuple]) -> None:
+        layer = self._get_layer()
+        if items and getattr(layer, "numbers_in_redis", lambda: False)():
+            await self._numbered_in_redis(layer, items)
+            return
         numbers = await self._number([item[0] for item in items]) if items else []
         messages = []
         for (session_id, type, payload, at), (prev, seq) in zip(items, numbers, strict=True):
@@ -372,6 +378,34 @@ class Publisher:
                 )
             )
         await self._send(messages)
+
+    async def _numbered_in_redis(self, layer: Any, items: list[tuple]) -> None:
+        """``_number`` and ``_send`` in one round trip: Redis numbers the events and publishes
+        them (``number_and_publish``), each event's JSON made with marks where its numbers
+        go. A batch that fails may have been published or not: the next event of each of
+        its sessions says ``prev`` null, and the clients re-read."""
+        sessions = {item[0] for item in items}
+        unknown = {group_name(sid) for sid in self._unsure.intersection(sessions)}
+        messages = []
+        for session_id, type, payload, at in items:
+            event = {
+                "type": type,
+                "session_id": session_id,
+                "seq": SEQ_MARK,
+                "prev": PREV_MARK,
+                **payload,
+            }
+            text = json.dumps(event, default=str)
+            messages.append(
+                (group_name(session_id), {"type": "session.event", "text": text, "at": at})
+            )
+        try:
+            await layer.number_and_publish(messages, unknown=unknown, now_us=time.time_ns() // 1000)
+        except Exception:
+            if len(self._unsure) < 10_000:
+                self._unsure.update(sessions)
+            raise
+        self._unsure.difference_update(sessions)
 
     async def _send(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         if not messages:

@@ -215,3 +215,42 @@ def test_events_lost_before_numbering_make_the_next_prev_unknown(
     else:
         assert got["three"]["prev"] == got["two"]["seq"]
     assert got["four"]["prev"] == got["three"]["seq"] > got["two"]["seq"]
+
+
+async def test_a_batch_redis_numbers_and_publishes_that_fails_makes_the_next_prev_unknown(
+    second_publisher,
+):
+    """Numbered and published in one round trip (``number_and_publish``): a batch that fails
+    may or may not have reached Redis, so what is sent next of its sessions says ``prev``
+    null, and the clients re-read."""
+    sid = session_id()
+    listener, channel = await _subscribe(sid)
+    if not hasattr(listener, "number_and_publish"):
+        pytest.skip("the in-memory layer: one process numbers every event")
+    publisher = second_publisher
+    publisher._ensure_loop()
+    sending = publisher._get_layer()
+    failures = [1]
+    real = sending.number_and_publish
+
+    async def flaky(messages, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        if failures[0]:
+            failures[0] -= 1
+            raise ConnectionError("Redis is away")
+        await real(messages, **kwargs)
+
+    sending.number_and_publish = flaky
+    for status in ("one", "two"):
+        publisher.publish(sid, events.SESSION_STATUS, {"status": status})
+        await asyncio.to_thread(publisher.flush)
+    failures[0] = 1
+    publisher.publish(sid, events.SESSION_STATUS, {"status": "late"})  # tried again, sent
+    await asyncio.to_thread(publisher.flush)
+    publisher.publish(sid, events.SESSION_STATUS, {"status": "next"})
+    await asyncio.to_thread(publisher.flush)
+    got = [json.loads((await listener.receive(channel))["text"]) for _ in range(4)]
+    assert [e["status"] for e in got] == ["one", "two", "late", "next"]
+    assert got[1]["prev"] == got[0]["seq"]
+    assert got[2]["prev"] is None, "after a failure the client re-reads"
+    assert got[3]["prev"] == got[2]["seq"] > got[1]["seq"]
+    await listener.flush()
