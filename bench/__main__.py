@@ -1,5 +1,6 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
-sandbox, snapshots, repo, abort, fork, load, render, paint, quota, branches, api, chaos.
+sandbox, snapshots, repo, abort, fork, load, render, paint, quota, branches, api, publish,
+chaos.
 
 ``chaos`` (the chaos test at length: ``--minutes``, 30 by default) runs only when named with
 ``--only``; the others run by default.
@@ -39,6 +40,7 @@ BENCHES = (
     "quota",
     "branches",
     "api",
+    "publish",
     "chaos",
 )
 # Run only when named (``--only chaos``): half an hour of faults.
@@ -363,6 +365,7 @@ SIMPLE = (
     ("quota", "quota check on a run request, 1 and 1,000,000 usage rows", "quota", True),
     ("branches", "branches as workspaces (blame: 5,000 lines, 200 steps)", "branches", True),
     ("api", "web process CPU per API request, before vs after", "api_cost", True),
+    ("publish", "publishing events: one Redis round trip a batch vs two", "publish", True),
 )
 
 
