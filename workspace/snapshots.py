@@ -46,7 +46,6 @@ is called from here — ``git_output`` (what git prints), ``git_dirs`` (the git 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import re
 import shutil
@@ -114,6 +113,7 @@ GIT_FLAGS = ("--no-replace-objects", *(a for o in GIT_OVERRIDES for a in ("-c", 
 # copy (the wait a stopped worker's hold costs each step of the run that took its place).
 INDEX_WAIT_SECONDS = 1.0
 NESTED_DEPTH_MAX = 32  # repositories nested in nested repositories, taken apart level by level
+_GITS: dict[str, str] = {}  # the server's PATH → the git found on it (the server sets PATH)
 MISSING = re.compile(
     r"bad object|unable to read|could not read|not a valid object|missing (?:blob|tree)"
     r"|not a tree object|invalid object",
@@ -175,9 +175,13 @@ class Snapshots:
         snapshot, never the run's worker. Anything else (a Celery time limit, ^C) goes on up
         after the process is killed."""
         limit = settings.SNAPSHOT_GIT_TIMEOUT_SECONDS if timeout is None else timeout
-        git = _git(os.environ.get("PATH"))
+        # git on the server's PATH (git's own is empty): looked up once for each PATH.
+        git = _GITS.get(path := os.environ.get("PATH", os.defpath)) or shutil.which(
+            "git", path=path
+        )
         if git is None:
             raise SnapshotError(f"git {args[0]}: git is not installed")
+        _GITS[path] = git
         held = writer_fd(self.git_dir) if index is None else None
         try:
             proc = subprocess.Popen(
@@ -491,9 +495,3 @@ def store_path() -> Path:
 
 def for_session(session) -> Snapshots:  # noqa: ANN001 - a sessions_app.models.Session
     return Snapshots(git_dir=session.snapshot_dir, worktree=session.worktree, objects=store_path())
-
-
-@functools.lru_cache(maxsize=4)
-def _git(path: str | None) -> str | None:
-    """git on the server's PATH (git's own PATH is empty), looked up once for each PATH."""
-    return shutil.which("git", path=path)
