@@ -270,10 +270,11 @@ class Publisher:
         """``(prev, seq)`` for each of these events, in order. Where several processes
         publish to a session (the web process's moves and approvals, the worker holding its
         run), one counter in Redis numbers them all: the channel layer's ``reserve_seqs``, one
-        round trip per batch. A layer without it (the in-memory one: one process) is numbered
-        here. ``seq`` stays about the publishing time in µs (at least now, bumped to increase).
-        A batch lost before it was numbered (Redis away) leaves no trace in the counter: the
-        next event of each of its sessions then says ``prev`` null (unknown)."""
+        round trip per batch (a layer that numbers in Redis does it as it publishes:
+        ``_numbered_in_redis``). A layer without it (the in-memory one: one process) is
+        numbered here. ``seq`` stays about the publishing time in µs (at least now, bumped to
+        increase). A batch lost before it was numbered (Redis away) leaves no trace in the
+        counter: the next event of each of its sessions then says ``prev`` null (unknown)."""
         counts = Counter(session_ids)
         now = time.time_ns() // 1000
         reserve = getattr(self._get_layer(), "reserve_seqs", None)

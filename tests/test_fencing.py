@@ -53,6 +53,17 @@ def _message(run: Run) -> Message:
     return message
 
 
+def _stored_message(run: Run, kind: str, text: str) -> tuple[Checkpointer, Message, Part]:
+    """The run's writer, and a message of it with one part, stored by a first checkpoint."""
+    writer = Checkpointer(run.session_id, run_id=run.id, epoch=run.lease_epoch)
+    message = _message(run)
+    part = Part(message_id=message.id, session_id=run.session_id, order=0, type=kind, text=text)
+    writer.add(message)
+    writer.add(part)
+    writer.flush()
+    return writer, message, part
+
+
 def test_each_execution_begins_under_a_new_epoch(owner):
     run = _running(owner)
     assert run.lease_epoch == 1
@@ -524,12 +535,7 @@ def test_an_end_never_waits_in_a_cycle_with_the_streamed_text_writer(owner):
     from runs_app.loop.end import Ending
 
     run = _running(owner)
-    writer = Checkpointer(run.session_id, run_id=run.id, epoch=run.lease_epoch)
-    message = _message(run)
-    part = Part(message_id=message.id, session_id=run.session_id, order=0, type="text", text="a")
-    writer.add(message)
-    writer.add(part)
-    writer.flush()
+    writer, message, part = _stored_message(run, "text", "a")
     part.text = "a whole answer"
     writer.touch(part, "text")  # the end's flush writes the text whole
     shared, done, failures = threading.Event(), threading.Event(), []
@@ -578,12 +584,7 @@ def test_changed_fields_are_compiled_updates_that_a_stale_execution_cannot_write
     from .test_compiled import compiled_updates
 
     run = _running(owner)
-    writer = Checkpointer(run.session_id, run_id=run.id, epoch=run.lease_epoch)
-    message = _message(run)
-    part = Part(message_id=message.id, session_id=run.session_id, order=0, type="tool", text="")
-    writer.add(message)
-    writer.add(part)
-    writer.flush()
+    writer, message, part = _stored_message(run, "tool", "")
     ended = timezone.now()
     with compiled_updates() as compiled:
         for i in range(3):

@@ -34,6 +34,19 @@ def answer(page, text: str) -> None:
     wait_idle(page)
 
 
+def two_branches(page, server, keep) -> None:  # noqa: ANN001 - keep: filter_session_events's
+    """A new session whose first turn has two branches ("first", then "second", shown), its
+    socket's events passed through ``keep``."""
+    filter_session_events(page, keep)
+    login(page, server)
+    new_session(page)
+    send(page, "say first")
+    answer(page, "first")
+    first_user = edit_first_message(page, "say second")
+    first_user.get_by_role("button", name="Send the edited message").click()
+    answer(page, "second")
+
+
 def as_a_reload_shows(page) -> list:
     """The messages a fresh page of the same session shows."""
     fresh = page.context.new_page()
@@ -155,14 +168,7 @@ def test_missed_events_are_read_again_after_a_branch_switch_the_server_refused(p
             return False
         return True
 
-    filter_session_events(page, keep)
-    login(page, server)
-    new_session(page)
-    send(page, "say first")
-    answer(page, "first")
-    first_user = edit_first_message(page, "say second")
-    first_user.get_by_role("button", name="Send the edited message").click()
-    answer(page, "second")
+    two_branches(page, server, keep)
 
     held, holding = [], [True]
 
@@ -211,14 +217,7 @@ def test_events_left_out_by_a_reload_are_read_again_after_a_branch_switch_the_se
             streamed["waiting"] = True
         return True
 
-    filter_session_events(page, keep)
-    login(page, server)
-    new_session(page)
-    send(page, "say first")
-    answer(page, "first")
-    first_user = edit_first_message(page, "say second")
-    first_user.get_by_role("button", name="Send the edited message").click()
-    answer(page, "second")
+    two_branches(page, server, keep)
     first_user = page.locator("#messages .msg.user").first
     first_user.hover()
     first_user.locator("> .actions button.revert-here").click()
