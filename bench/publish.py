@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from .stats import ratio
@@ -33,16 +31,11 @@ PAYLOAD = {"message_id": "msg_bench", "part_id": "prt_bench", "offset": 1200, "t
 
 def _redis_cpu() -> float | None:
     """redis-server's CPU seconds, or None (not on this machine)."""
-    try:
-        pid = int(
-            subprocess.run(
-                ["pgrep", "-x", "redis-server"], capture_output=True, text=True, check=True
-            ).stdout.split()[0]
-        )
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, subprocess.CalledProcessError):
-        return None
+    from .env import cpu_seconds
+
+    found = subprocess.run(["pgrep", "-x", "redis-server"], capture_output=True, text=True)
+    pids = found.stdout.split()
+    return cpu_seconds(int(pids[0])) if pids else None
 
 
 def _subscriber(url: str, pattern: str, stop: threading.Event) -> threading.Thread:

@@ -359,25 +359,9 @@ class Publisher:
             await self._numbered_in_redis(layer, items)
             return
         numbers = await self._number([item[0] for item in items]) if items else []
-        messages = []
-        for (session_id, type, payload, at), (prev, seq) in zip(items, numbers, strict=True):
-            event = {
-                "type": type,
-                "session_id": session_id,
-                "seq": seq,
-                "prev": prev,
-                **payload,
-            }
-            messages.append(
-                (
-                    group_name(session_id),
-                    {
-                        "type": "session.event",
-                        "text": json.dumps(event, default=str),
-                        "at": at,
-                    },
-                )
-            )
+        messages = [
+            _message(item, seq, prev) for item, (prev, seq) in zip(items, numbers, strict=True)
+        ]
         await self._send(messages)
 
     async def _numbered_in_redis(self, layer: Any, items: list[tuple]) -> None:
@@ -387,19 +371,7 @@ class Publisher:
         its sessions says ``prev`` null, and the clients re-read."""
         sessions = {item[0] for item in items}
         unknown = {group_name(sid) for sid in self._unsure.intersection(sessions)}
-        messages = []
-        for session_id, type, payload, at in items:
-            event = {
-                "type": type,
-                "session_id": session_id,
-                "seq": SEQ_MARK,
-                "prev": PREV_MARK,
-                **payload,
-            }
-            text = json.dumps(event, default=str)
-            messages.append(
-                (group_name(session_id), {"type": "session.event", "text": text, "at": at})
-            )
+        messages = [_message(item, SEQ_MARK, PREV_MARK) for item in items]
         try:
             await layer.number_and_publish(messages, unknown=unknown, now_us=time.time_ns() // 1000)
         except Exception:
@@ -418,6 +390,15 @@ class Publisher:
             return
         for group, message in messages:
             await layer.group_send(group, message)
+
+
+def _message(item: tuple, seq: int, prev: int | None) -> tuple[str, dict[str, Any]]:
+    """The group message of a queued event ``(session_id, type, payload, at)``: its JSON made
+    once, for every socket of the session."""
+    session_id, type, payload, at = item
+    event = {"type": type, "session_id": session_id, "seq": seq, "prev": prev, **payload}
+    text = json.dumps(event, default=str)
+    return group_name(session_id), {"type": "session.event", "text": text, "at": at}
 
 
 publisher = Publisher()
