@@ -40,6 +40,8 @@ PG_MAX = 30
 
 
 def _percentile(values: list[float], q: float) -> float:
+    if not values:  # a reported figure nothing measured (a loaded CI: no GET in the window)
+        return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
