@@ -9,17 +9,28 @@ function items(bar) {
   return [...bar.querySelectorAll(ITEMS)].filter((b) => !b.closest("[role=menu]"));
 }
 
+const used = new WeakMap(); // bar -> the button last used in it
+
 function keep(bar, current) {
   const list = items(bar);
   const stop = list.includes(current) ? current : list[0];
   for (const b of list) b.tabIndex = b === stop ? 0 : -1;
 }
 
+export function rovingRefresh(bar) {
+  // Buttons came into the row or left it: one tab stop still, the last used while it stays.
+  keep(bar, used.get(bar));
+}
+
 export function roving(bar, label) {
   bar.setAttribute("role", "toolbar");
   bar.setAttribute("aria-label", label);
   keep(bar, null);
-  bar.addEventListener("focusin", (e) => { if (items(bar).includes(e.target)) keep(bar, e.target); });
+  bar.addEventListener("focusin", (e) => {
+    if (!items(bar).includes(e.target)) return;
+    used.set(bar, e.target);
+    keep(bar, e.target);
+  });
   bar.addEventListener("keydown", (e) => {
     const step = { ArrowRight: 1, ArrowLeft: -1, Home: -Infinity, End: Infinity }[e.key];
     if (step === undefined || e.altKey || e.ctrlKey || e.metaKey) return;

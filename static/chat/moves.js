@@ -5,7 +5,7 @@ import { alternativesButton } from "../alternatives.js";
 import { compareButton } from "../compare.js";
 import { loadChanges, loadFiles } from "../panels.js";
 import { hideFilesRewound, showFilesRewound, withRewindModes } from "../rewind.js";
-import { roving } from "../roving.js";
+import { roving, rovingRefresh } from "../roving.js";
 import { api, call, showError } from "./api.js";
 import { button, el } from "./dom.js";
 import {
@@ -36,7 +36,7 @@ export function forgetRevertPrompt() {
   revertPrompt = null; // the prompt was sent: it confirmed the revert
 }
 
-const actionBars = new Map(); // message id -> {key, node}: kept while the moves are the same
+const actionBars = new Map(); // message id -> {bar, navKey, nav, moves, nodes}: kept for the message
 onForget((kind, id) => {
   if (kind === "all") actionBars.clear();
   else if (kind === "message") actionBars.delete(id);
@@ -49,56 +49,91 @@ export function forgetActionBar(id) {
 export function messageActions(m, isLastAnswer) {
   // The message's moves. They float over the bubble's lower edge on hover or keyboard focus
   // (no empty strip in every bubble); on a touch screen a tap on the bubble shows them. The
-  // branch switcher, which says where the reader is, always shows. A bar whose moves did not
-  // change is kept, so a button that has the keyboard's focus keeps it.
+  // branch switcher, which says where the reader is, always shows. The bar and every button
+  // whose move did not change are kept through a render (only the moves that came or went
+  // are put in or taken out), so a click that lands while the run's state changes under it
+  // (a run ending, the tree refreshed) reaches its button, and the keyboard's focus stays.
+  let known = actionBars.get(m.id);
+  if (!known) {
+    const bar = el("div", "actions");
+    const moves = el("span", "moves");
+    bar.append(moves);
+    known = { bar, navKey: "", nav: null, moves, nodes: new Map() };
+    actionBars.set(m.id, known);
+    // One tab stop for the whole bar; the arrow keys go from move to move.
+    roving(bar, m.role === "user" ? "Moves of your message" : "Moves of the answer");
+  }
+  placeNav(known, m);
+  const wanted = movesOf(m, isLastAnswer);
+  const nodes = wanted.map(([key, make]) => known.nodes.get(key) || make());
+  known.nodes = new Map(wanted.map(([key], i) => [key, nodes[i]]));
+  place(known.moves, nodes);
+  rovingRefresh(known.bar);
+  return known.bar;
+}
+
+function placeNav(known, m) {
+  // The branch switcher ‹ n/m ›, rebuilt only when the siblings change.
   const siblings = childrenOf(m.parent_id);
+  const navKey = siblings.length > 1 ? siblings.join(",") : "";
+  if (navKey === known.navKey) return;
+  known.navKey = navKey;
+  known.nav?.remove();
+  known.nav = null;
+  known.bar.classList.toggle("has-branches", Boolean(navKey));
+  if (!navKey) return;
+  const at = siblings.indexOf(m.id);
+  const nav = el("span", "branches");
+  const prev = button("‹", "Previous branch", () => switchHead(siblings[at - 1]), "nav prev");
+  prev.disabled = at <= 0;
+  const next = button("›", "Next branch", () => switchHead(siblings[at + 1]), "nav next");
+  next.disabled = at >= siblings.length - 1;
+  nav.append(prev, el("span", "count", `${at + 1}/${siblings.length}`), next, compareButton(m, "nav compare"));
+  known.bar.prepend(nav);
+  known.nav = nav;
+}
+
+function movesOf(m, isLastAnswer) {
+  // [key, make] for each move offered now; the key names what the button's action holds.
   const point = checkpointOf(m.id);
   const idle = currentStatus() !== "busy" && currentStatus() !== "waiting";
-  const key = [siblings.join(","), point ? `${point.run_id}:${point.index}:${point.run_status}` : "",
-    idle, isLastAnswer, editing.has(m.id)].join("|");
-  const known = actionBars.get(m.id);
-  if (known && known.key === key) return known.node;
-  const bar = el("div", "actions");
-  actionBars.set(m.id, { key, node: bar });
-  if (siblings.length > 1) {
-    const at = siblings.indexOf(m.id);
-    const nav = el("span", "branches");
-    const prev = button("‹", "Previous branch", () => switchHead(siblings[at - 1]), "nav prev");
-    prev.disabled = at <= 0;
-    const next = button("›", "Next branch", () => switchHead(siblings[at + 1]), "nav next");
-    next.disabled = at >= siblings.length - 1;
-    nav.append(prev, el("span", "count", `${at + 1}/${siblings.length}`), next, compareButton(m, "nav compare"));
-    bar.append(nav);
-    bar.classList.add("has-branches");
-  }
-  const moves = el("span", "moves");
+  const out = [];
   if (m.role === "user" && point && idle && !editing.has(m.id)) {
-    moves.append(button("Edit", "Edit", () => startEdit(m), "act edit"));
+    out.push(["edit", () => button("Edit", "Edit", () => startEdit(getMessage(m.id) || m), "act edit")]);
   }
   if (m.role === "user" && point && idle && !m.partIds.some((id) => getPart(id)?.source)) {
-    moves.append(alternativesButton(m));
+    out.push(["alternatives", () => alternativesButton(m)]);
   }
   if (point && idle) {
-    moves.append(button("Fork from here", "Fork the session (chat and files) at this message", () => forkAt(m.id), "act fork-here"));
-    moves.append(button("Continue from here", "Ask a new question from this point, as a new branch", () => armContinue(point, m.id), "act continue-here"));
+    out.push(["fork", () => button("Fork from here", "Fork the session (chat and files) at this message", () => forkAt(m.id), "act fork-here")]);
+    const { run_id: runId, index } = point;
+    out.push([`continue:${runId}:${index}`, () => button("Continue from here", "Ask a new question from this point, as a new branch", () => armContinue({ run_id: runId, index }, m.id), "act continue-here")]);
     if (isLastAnswer && point.run_status !== "running" && point.run_status !== "pending") {
-      moves.append(button("Regenerate", "Answer again from here (tools are not run again)", () => regenerate(point.run_id, m.id), "act regenerate"));
+      out.push([`regenerate:${runId}`, () => button("Regenerate", "Answer again from here (tools are not run again)", () => regenerate(runId, m.id), "act regenerate")]);
     }
   }
-  if (point) {
-    // A read: offered while a run works too (the files as recorded at this message).
-    const files = el("a", "act download-here", "Download files");
-    files.href = api(`/archive/?message_id=${encodeURIComponent(m.id)}`);
-    files.setAttribute("download", "");
-    files.title = "The files at this message, as a .zip";
-    files.setAttribute("aria-label", "Download files: the files at this message, as a .zip");
-    moves.append(files);
-  }
-  moves.append(compareButton(m));
-  moves.append(revertButton(m.id));
-  bar.append(moves);
-  // One tab stop for the whole bar; the arrow keys go from move to move.
-  return roving(bar, m.role === "user" ? "Moves of your message" : "Moves of the answer");
+  if (point) out.push(["download", () => downloadLink(m.id)]);
+  out.push(["compare", () => compareButton(m)]);
+  out.push(["revert", () => revertButton(m.id)]);
+  return out;
+}
+
+function downloadLink(messageId) {
+  // A read: offered while a run works too (the files as recorded at this message).
+  const files = el("a", "act download-here", "Download files");
+  files.href = api(`/archive/?message_id=${encodeURIComponent(messageId)}`);
+  files.setAttribute("download", "");
+  files.title = "The files at this message, as a .zip";
+  files.setAttribute("aria-label", "Download files: the files at this message, as a .zip");
+  return files;
+}
+
+function place(box, nodes) {
+  // Make box's children exactly nodes, leaving in place every node already where it belongs.
+  nodes.forEach((node, i) => {
+    if (box.children[i] !== node) box.insertBefore(node, box.children[i] || null);
+  });
+  while (box.children.length > nodes.length) box.lastElementChild.remove();
 }
 
 export function initMoves() {

@@ -204,6 +204,38 @@ def test_message_moves_cover_no_text_leave_no_strip_and_answer_keyboard_and_touc
         phone.close()
 
 
+def test_the_moves_that_stay_keep_their_buttons_while_a_run_starts_and_ends(page, server):
+    """A click that lands while the moves change under it (a run starting or ending, the tree
+    refreshed just after) must reach its button: the bar and each button whose move did not
+    change stay the same nodes; only the moves that came or went go in or out (seen in CI:
+    a revert click lost as the whole bar was rebuilt 150 ms after a run ended)."""
+    login(page, server)
+    new_session(page)
+    send(page, "say first")
+    answer(page, "first")
+    first = page.locator("#messages .msg.user").first
+    first.locator(".fork-here").wait_for(state="attached")  # the moves are complete
+    page.evaluate(
+        """() => { const m = document.querySelector('#messages .msg.user .actions');
+             window.keptMoves = [m, m.querySelector('.revert-here'),
+               m.querySelector('.compare-with'), m.querySelector('.download-here')]; }"""
+    )
+    send(page, "pace 80\nsay second answer with words enough to watch it go")
+    first.locator(".fork-here").wait_for(state="detached")  # busy: fork, edit, continue leave
+    answer(page, "second answer with words enough to watch it go")
+    page.locator("#messages .msg.assistant").nth(1).locator(".regenerate").wait_for()
+    first.locator(".fork-here").wait_for(state="attached")  # idle again: they are back
+    assert page.evaluate("() => window.keptMoves.map((n) => n.isConnected)") == [True] * 4
+    # Still one tab stop for the whole bar (the first move: none was used), the moves that
+    # came back included; the rewind modes' menu keeps its own keys.
+    stops = first.locator(".actions").evaluate(
+        """b => [...b.querySelectorAll('button, a[href]')]
+                 .filter((x) => x.tabIndex === 0 && !x.closest('[role=menu]'))
+                 .map((x) => x.textContent)"""
+    )
+    assert stops == ["Edit"]
+
+
 def test_continue_names_the_message_and_regenerate_says_what_came_of_it(page, server):
     login(page, server)
     new_session(page)
