@@ -41,6 +41,7 @@ BENCHES = (
     "branches",
     "api",
     "publish",
+    "fanout",
     "chaos",
 )
 # Run only when named (``--only chaos``): half an hour of faults.
@@ -366,6 +367,7 @@ SIMPLE = (
     ("branches", "branches as workspaces (blame: 5,000 lines, 200 steps)", "branches", True),
     ("api", "web process CPU per API request, before vs after", "api_cost", True),
     ("publish", "publishing events: one Redis round trip a batch vs two", "publish", True),
+    ("fanout", "web process CPU per websocket frame, before vs after", "fanout", True),
 )
 
 

@@ -698,7 +698,8 @@ def _run(env: Env, *, quick: bool, sessions: int, old: bool) -> dict[str, Any]:
         if "one" in only:
             measure(worker, daphne, port, "one", 1, 20)
         if "fifty" in only:
-            measure(worker, daphne, port, "fifty", sessions, 20)
+            with _spied(worker.pid, daphne.pid, "fifty"):
+                measure(worker, daphne, port, "fifty", sessions, 20)
         if "starts" in only:  # what starting and ending a run costs: one token each
             with _spied(worker.pid, daphne.pid, "starts"):
                 measure(worker, daphne, port, "starts", many_count, 100, tokens=1)

@@ -55,8 +55,8 @@ def _may_see(user: AbstractBaseUser, session_id: str) -> bool:
 
 async def _cookie_user(session_key: str | None) -> AbstractBaseUser | AnonymousUser | None:
     """The user of the Django session ``session_key`` now, resolved as Channels'
-    ``AuthMiddleware`` did at connect (session row, user row, session auth hash). A fresh
-    store: the scope's own has cached the session data read at connect."""
+    ``AuthMiddleware`` resolves it (session row, user row, session auth hash), from a fresh
+    store each time: at connect and at every recheck."""
     if not session_key:
         return None
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
@@ -84,7 +84,7 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         well_formed = SESSION_ID.fullmatch(self.session_id) and (
             self.token is None or TOKEN_KEY.fullmatch(self.token)
         )
-        if not well_formed or not await self._allowed(self.scope.get("user")):
+        if not well_formed or not await self._allowed():
             await self.close(code=CLOSE_FORBIDDEN)
             return
         self.group = events.group_name(self.session_id)
@@ -95,13 +95,12 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
             Credentials(self.session_id, token=self.token, session_key=self.session_key),
         )
 
-    async def _allowed(self, user: AbstractBaseUser | AnonymousUser | None = None) -> bool:
-        """Whether the socket's credentials still reach the session. ``user``: the one
-        AuthMiddleware resolved at connect (cookie auth); resolved again when not given."""
+    async def _allowed(self) -> bool:
+        """Whether the socket's credentials reach the session now: its token's, else its
+        session cookie's user (resolved here, at connect and at each recheck)."""
         if self.token is not None:
             return await _token_may_see(self.token, self.session_id)
-        if user is None:
-            user = await _cookie_user(self.session_key)
+        user = await _cookie_user(self.session_key)
         if user is None or not user.is_authenticated:
             return False
         return await _may_see(user, self.session_id)
@@ -167,6 +166,10 @@ class SessionConsumer(AsyncJsonWebsocketConsumer):
         await self.send(text_data=await self.encode_json(content), close=close)
 
     async def session_event(self, message: dict) -> None:
-        # Pre-encoded once per session for every listener: sent as it is.
-        await self.send(text_data=message["text"])
+        # Pre-encoded once per session for every listener: sent as it is, straight to the
+        # server (``send`` above, without its two layers of the parent's).
+        try:
+            await self.base_send({"type": "websocket.send", "text": message["text"]})
+        except Disconnected:
+            return
         metrics.observe_fanout(message.get("at"))

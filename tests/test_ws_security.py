@@ -202,6 +202,41 @@ async def test_an_untouched_socket_stays_open_and_keeps_receiving(sid, token, co
         await communicator.disconnect()
 
 
+async def test_a_cookie_socket_s_frames_go_to_the_server_without_a_session_wrapper(
+    sid, cookie, outsider, monkeypatch
+):
+    """A socket never saves a Django session: its frames (one per few tokens per listener)
+    must not pass through Channels' session middleware's send, which looked at the session
+    for a save on every one (a twentieth of the web process's time while runs streamed). The
+    cookie still decides who the socket is: the owner's subscribes, an outsider's is closed."""
+    from channels.sessions import InstanceSessionWrapper
+
+    wrapped = []
+    real = InstanceSessionWrapper.send
+
+    async def counted(self, message):  # noqa: ANN001, ANN202
+        wrapped.append(message["type"])
+        return await real(self, message)
+
+    monkeypatch.setattr(InstanceSessionWrapper, "send", counted)
+    by_cookie = await _subscribed(f"/ws/sessions/{sid}/", _cookie_header(cookie))
+    await asyncio.sleep(0.2)  # let the subscription reach Redis
+    events.publish(sid, events.SESSION_STATUS, status="idle", run_id=None)
+    event = json.loads(await by_cookie.receive_from(timeout=5))
+    assert event["type"] == events.SESSION_STATUS
+    await by_cookie.disconnect()
+    assert wrapped == []
+
+    browser = Client()
+    await sync_to_async(browser.force_login)(outsider)
+    key = browser.cookies[django_settings.SESSION_COOKIE_NAME].value
+    from config.asgi import application
+
+    theirs = WebsocketCommunicator(application, f"/ws/sessions/{sid}/", headers=_cookie_header(key))
+    await theirs.connect(timeout=5)
+    assert await _close_code(theirs, 5) == 4403
+
+
 async def test_the_watch_forgets_the_socket_and_ends_with_the_last(sid, token):
     from sessions_app.socket_watch import watch_for_this_loop
 
