@@ -18,6 +18,7 @@ from runs_app.host import host
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.services.sessions import create_session
+from tests.e2e.shared import SERVER_FIXTURES, stop_shared
 from tests.support import fast_db
 
 # A transactional test ends by deleting the rows it left, not by Django's TRUNCATE of every
@@ -42,13 +43,39 @@ LONGEST_FIRST = (
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    global _SERVER_FILES
+    _SERVER_FILES = {
+        _file(item)
+        for item in items
+        if _file(item).startswith("tests/e2e/") and SERVER_FIXTURES & set(item.fixturenames)
+    }
+
     def weight(item: pytest.Item) -> tuple[int, int]:
-        path = item.nodeid.split("::", 1)[0]
+        path = _file(item)
         if path in LONGEST_FIRST:
             return (0, LONGEST_FIRST.index(path))
-        return (1 if path.startswith("tests/e2e/") else 2, 0)
+        if path.startswith("tests/e2e/"):  # the files on a live server first: they share it
+            return (1, 0 if path in _SERVER_FILES else 1)
+        return (2, 0)
 
     items.sort(key=weight)  # stable: each file's tests keep their order
+
+
+def _file(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+_SERVER_FILES: set[str] = set()  # the test files that use a live server (tests/e2e/shared.py)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # A process's shared live servers are stopped once it goes on to a file that uses none.
+    if _file(item) not in _SERVER_FILES:
+        stop_shared()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    stop_shared()
 
 
 @pytest.fixture(autouse=True, scope="session")

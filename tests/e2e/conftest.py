@@ -2,17 +2,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
-import uuid
 from collections import deque
-from pathlib import Path
 
 import pytest
 
-from tests.support.embedded_server import EmbeddedServer
-
-from .stack import Processes, ServicesServer, services_available
+from . import shared
+from .stack import Processes
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
@@ -32,7 +28,7 @@ def pytest_runtest_makereport(item, call):  # noqa: ANN001, ANN201 - pytest's ho
     setattr(item, f"report_{report.when}", report)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module")  # not longer: Playwright's loop would stay in the thread
 def browser():
     try:
         from playwright.sync_api import sync_playwright
@@ -46,34 +42,26 @@ def browser():
         browser.close()
 
 
-def _start_server(mode: str):  # noqa: ANN202
-    tmp = Path(tempfile.mkdtemp(prefix=f"agentplat-e2e-{uuid.uuid4().hex[:6]}-"))
-    srv = ServicesServer(tmp) if mode == "services" else EmbeddedServer(tmp)
-    try:
-        srv.start()
-    except Exception:
-        srv.stop()
-        raise
-    return srv, tmp
-
-
 @pytest.fixture(scope="module")
-def server():
-    """The live server of the browser tests: services mode (Daphne, a Celery worker,
-    PostgreSQL, Redis) when the suite has them, as in CI; embedded mode otherwise."""
-    srv, tmp = _start_server("services" if services_available() else "embedded")
+def server(request):
+    """The live server of the browser tests (shared.py): services mode when the suite has
+    PostgreSQL and Redis, as in CI; embedded mode otherwise. A file that changes what other
+    files would see (a deployment-wide limit, a user of a fixed name, seeded history, a
+    restarted server) says ``OWN_SERVER = True`` and gets one of its own; the others share
+    their process's."""
+    if not getattr(request.module, "OWN_SERVER", False):
+        yield shared.shared(shared.default_mode())
+        return
+    srv, tmp = shared.start(shared.default_mode())
     yield srv
-    srv.stop()
-    shutil.rmtree(tmp, ignore_errors=True)
+    shared.stop(srv, tmp)
 
 
 @pytest.fixture(scope="module")
 def embedded_server():
-    """Embedded mode (SQLite, in-process runs): what ``./dev serve`` runs."""
-    srv, tmp = _start_server("embedded")
-    yield srv
-    srv.stop()
-    shutil.rmtree(tmp, ignore_errors=True)
+    """Embedded mode (SQLite, in-process runs): what ``./dev serve`` runs; shared as
+    ``server`` is."""
+    return shared.shared("embedded")
 
 
 @pytest.fixture

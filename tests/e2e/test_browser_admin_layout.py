@@ -51,7 +51,8 @@ def test_the_session_list_fits_beside_the_filters_at_1280(page, embedded_server)
     login(page, server)
     page.goto(f"{server.url}/admin/sessions_app/session/")
     page.wait_for_selector("#result_list tbody tr")
-    assert page.locator("#result_list tbody tr").count() == 3
+    # The three made here, and any other file's on the server this process shares.
+    assert page.locator("#result_list tbody tr").count() >= 3
 
     filters = page.locator("#changelist-filter").bounding_box()
     table = page.locator("#result_list").bounding_box()

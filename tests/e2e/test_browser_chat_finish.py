@@ -18,6 +18,7 @@ from tests.support.embedded_server import EmbeddedServer
 from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
 
 pytestmark = pytest.mark.timeout(300)
+OWN_SERVER = True  # users and quotas of fixed names (conftest.py: not the shared server)
 
 USER = """
 from django.contrib.auth.models import User

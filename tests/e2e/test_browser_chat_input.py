@@ -12,6 +12,7 @@ import pytest
 from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
 
 pytestmark = pytest.mark.timeout(240)
+OWN_SERVER = True  # seeded history of the demo user (conftest.py: not the shared server)
 
 WIDTHS = [pytest.param(1280, id="1280px"), pytest.param(390, id="390px")]
 USERS = "() => [...document.querySelectorAll('#messages .msg.user .text')].map(e => e.textContent)"

@@ -23,6 +23,7 @@ from .test_browser_admin_layout import api
 from .ui import login
 
 pytestmark = pytest.mark.timeout(300)
+OWN_SERVER = True  # usage history of the demo user (conftest.py: not the shared server)
 
 # A run of the suite must not change the checkout: the picture goes to /tmp unless asked for
 # (DASHBOARD_SCREENSHOT=docs/dashboard.png refreshes the README's).

@@ -14,6 +14,7 @@ import pytest
 from tests.support.embedded_server import EmbeddedServer
 
 pytestmark = pytest.mark.timeout(180)
+OWN_SERVER = True  # a user of a fixed name (bob) (conftest.py: not the shared server)
 
 TITLE = "Trip <plan>"
 

@@ -8,6 +8,7 @@ import pytest
 from .ui import login, wait_idle
 
 pytestmark = pytest.mark.timeout(180)
+OWN_SERVER = True  # seeded history of the demo user (conftest.py: not the shared server)
 
 COUNT = "() => document.querySelectorAll('#messages .msg').length"
 USER_TEXTS = (

@@ -8,9 +8,11 @@ import pytest
 
 from .ui import LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
 
+OWN_SERVER = True  # a group limit on the demo user (conftest.py: not the shared server)
 SET_GROUP_LIMIT = """
 from django.contrib.auth.models import Group, User
 from quotas_app.models import Quota
+
 group, _ = Group.objects.get_or_create(name="trial")
 Quota.objects.update_or_create(group=group, defaults={{"tokens_per_day": {limit}}})
 User.objects.get(username="demo").groups.add(group)

@@ -13,6 +13,7 @@ from .stack import ServicesServer, services_available
 from .ui import login, new_session, send, wait_idle
 
 pytestmark = pytest.mark.timeout(240)
+OWN_SERVER = True  # its web server restarted (conftest.py: not the shared server)
 
 WORDS = 80
 

@@ -13,6 +13,7 @@ import pytest
 from .ui import LAST_ASSISTANT_TEXT, files_on_disk, login, new_session, send, wait_idle
 
 pytestmark = pytest.mark.timeout(240)
+OWN_SERVER = True  # a user of a fixed name (bob) (conftest.py: not the shared server)
 
 SHOTS = Path(os.environ.get("CHAT_SCREENSHOT", "/tmp/chat.png")).parent
 
