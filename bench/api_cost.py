@@ -30,6 +30,14 @@ BEFORE = "5947d54"  # before config/middleware.py
 BLOCK = 50
 
 
+def before_and_after(env: Env, commit: str, tmp: Path) -> tuple[dict[str, Any], str]:
+    """Two Daphnes at equal weights, as platform/Procfile starts them: "before" serving the
+    project at ``commit`` (unpacked into ``tmp``), "after" the working tree; and the full
+    commit id."""
+    full = _tree_of(commit, tmp)
+    return {"before": env.daphne(equal=True, tree=tmp), "after": env.daphne(equal=True)}, full
+
+
 def run(env: Env, *, quick: bool) -> dict[str, Any]:
     import httpx
     from django.contrib.auth.models import User
@@ -49,12 +57,10 @@ def run(env: Env, *, quick: bool) -> dict[str, Any]:
     body = {"messages": [{"role": "user", "content": "hello"}]}
     results: dict[str, Any] = {"requests": count, "block": BLOCK}
     with tempfile.TemporaryDirectory(prefix="bench-api-") as tmp:
-        results["before"] = _tree_of(os.environ.get("API_BEFORE", BEFORE), Path(tmp))
+        servers, results["before"] = before_and_after(
+            env, os.environ.get("API_BEFORE", BEFORE), Path(tmp)
+        )
         results["after"] = "working tree"
-        servers = {
-            "before": env.daphne(equal=True, tree=Path(tmp)),
-            "after": env.daphne(equal=True),
-        }
         clients = {
             name: httpx.Client(
                 base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Token {token}"}

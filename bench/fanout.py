@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .api_cost import before_and_after
 from .env import Env, cpu_seconds
-from .paint import _tree_of
 from .stats import ratio
 
 BEFORE = "e37aaa5"  # before the sockets' frames skipped Channels' session middleware
@@ -71,12 +71,9 @@ def run(env: Env, *, quick: bool) -> dict[str, Any]:
         "deltas_per_session": deltas,
     }
     with tempfile.TemporaryDirectory(prefix="bench-fanout-") as tmp:
-        results["before"] = _tree_of(os.environ.get("FANOUT_BEFORE", BEFORE), Path(tmp))
+        commit = os.environ.get("FANOUT_BEFORE", BEFORE)
+        servers, results["before"] = before_and_after(env, commit, Path(tmp))
         results["after"] = "working tree"
-        servers = {
-            "before": env.daphne(equal=True, tree=Path(tmp)),
-            "after": env.daphne(equal=True),
-        }
         try:
             cpu, frames = asyncio.run(_stream(servers, sessions, token, deltas))
         finally:
