@@ -17,6 +17,7 @@ from runs_app import runtime, sweeper  # noqa: E402
 refuse_root("web", embedded=runtime.embedded())
 
 from config.body_limit import BodyLimit, daphne_parses_no_forms  # noqa: E402
+from core.request_threads import RequestThreads  # noqa: E402
 from realtime.ws_origin import SameOriginValidator  # noqa: E402
 
 daphne_parses_no_forms()
@@ -27,12 +28,17 @@ from django.urls import get_resolver  # noqa: E402
 # (a tenth of a second of it, and objects made after the collector settled).
 get_resolver().url_patterns  # noqa: B018 - the property imports them
 
-# A socket's cookies only (its consumer resolves their user itself, at connect and at every
-# recheck): Channels' session middleware would wrap every frame's send for a session save a
-# socket never makes, about a twentieth of the web process's time while runs stream.
+# HTTP: a request's synchronous parts run on a thread kept from one request to the next, not
+# one started for each (core/request_threads.py); as many wait idle as Daphne's loop
+# executor has threads.
+# Sockets: their cookies only (the consumer resolves their user itself, at connect and at
+# every recheck): Channels' session middleware would wrap every frame's send for a session
+# save a socket never makes, about a twentieth of the web process's time while runs stream.
 _router = ProtocolTypeRouter(
     {
-        "http": BodyLimit(django_asgi_app),
+        "http": RequestThreads(
+            BodyLimit(django_asgi_app), keep=int(os.environ.get("ASGI_THREADS", "32"))
+        ),
         "websocket": SameOriginValidator(CookieMiddleware(URLRouter(websocket_urlpatterns))),
     }
 )

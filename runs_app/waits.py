@@ -46,6 +46,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connections
 
+from core import request_threads
 from core.errors import TooManyWaits
 from realtime import events
 
@@ -93,13 +94,19 @@ async def database_turn() -> AsyncIterator[None]:
 
 
 def release_request_thread() -> None:
-    """Let the thread Django keeps for this request end while the request waits.
+    """Let go of the thread this request's synchronous parts run on while it waits.
 
-    Under ASGI, Django runs a request's synchronous parts (the middleware's hooks, a sync
-    view) on a thread of the request's own (asgiref's ``ThreadSensitiveContext``), kept
-    until the request ends: a request that waits minutes would keep an idle thread that long.
-    Dropped here, the request's next synchronous part (rendering the answer, the middleware
-    on the way out) gets a new one. Outside such a context (the test client): nothing to do."""
+    Under ASGI, a request's synchronous parts (the middleware's hooks, a sync view) run on a
+    thread of the request's own, kept until the request ends: a request that waits minutes
+    would keep an idle thread that long. Served by ``core.request_threads`` (config/asgi.py),
+    the thread goes back to the pool now; with Django's own per-request context it is let to
+    end. Either way the request's next synchronous part (rendering the answer, the
+    middleware on the way out) gets another. Outside such a context (the test client):
+    nothing to do."""
+    lease = request_threads.current_lease()
+    if lease is not None:
+        lease.release()
+        return
     # asgiref's own bookkeeping (3.x): without it, the thread is kept, as before.
     contexts = getattr(SyncToAsync, "thread_sensitive_context", None)
     executors = getattr(SyncToAsync, "context_to_thread_executor", None)
