@@ -191,7 +191,9 @@ class Checkpointer:
         hundreds of streaming runs stop queueing on fsyncs. Tool batches and step ends are
         always durable. ``ending``: the caller's transaction records the run's end next
         (``lifecycle.finish``, which holds the session row): the run row is held for it from
-        the fence on. Returns the fields of the session row it wrote (its head)."""
+        the fence on, and the head is left to the UPDATE that hands the session over (one
+        write of the session row at the end, not two). Returns the session row's fields
+        this flush wrote (its head) or, ``ending``, leaves to the caller to write."""
         if not self.pending:
             return {}
         new_messages, new_parts = self._new_messages, self._new_parts
@@ -205,7 +207,7 @@ class Checkpointer:
             if not durable and connection.vendor == "postgresql":
                 with connection.cursor() as cursor:
                     cursor.execute("SET LOCAL synchronous_commit TO OFF")
-            if head:
+            if head and not ending:
                 # The session row first (lock order: sessions_app/services/lock.py), then the
                 # run's fence, then the rows.
                 self.head_stamped = timezone.now()
@@ -228,7 +230,9 @@ class Checkpointer:
         self._head = None
         self._usage = []
         self.writes += 1
-        return {"head_id": head, "updated_at": self.head_stamped} if head else {}
+        if not head:
+            return {}
+        return {"head_id": head} if ending else {"head_id": head, "updated_at": self.head_stamped}
 
 
 def _publish(session_id: str, held: list[tuple[str, dict[str, Any]]]) -> None:
@@ -276,12 +280,13 @@ def write_streamed_texts(texts: list[tuple[str, str, str, int | None]]) -> set[s
 
 
 def _write_changed(obj: models.Model, fields: set[str]) -> None:
-    """Stores ``fields`` of ``obj``, a row stored before. A run's own row goes through the
-    ORM: what is compiled of runs is ``lifecycle.move``'s alone (tests/test_structure.py)."""
+    """Stores ``fields`` of ``obj``, a row stored before, by an UPDATE compiled once for each
+    model and set of fields (a run's input mark at every start: about a third of a
+    millisecond of the worker's each time through the ORM). Never a run's status: only
+    ``lifecycle.move`` writes it (tests/test_structure.py)."""
     model, values = type(obj), {f: getattr(obj, f) for f in fields}
-    if model not in (Message, Part):
-        model.objects.filter(pk=obj.pk).update(**values)
-        return
+    if "status" in fields:
+        raise ValueError(f"{model.__name__}.status is not a checkpoint's to write")
     names = tuple(sorted(fields))
     update = update_of_shape(
         _CHANGED,

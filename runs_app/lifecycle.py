@@ -332,14 +332,18 @@ def end_abandoned(
     return True
 
 
-def _add_usage(locked: Session, added: dict | None) -> None:
-    """Under the session row lock: what a run's execution used, to the session's sum."""
-    if added:
-        locked.usage = models_catalog.add_usage(locked.usage or {}, added)
-        locked.updated_at = timezone.now()
-        Session.objects.filter(id=locked.id).update(
-            usage=locked.usage, updated_at=locked.updated_at
-        )
+def _usage(locked: Session, added: dict | None) -> dict:
+    """What a run's execution used (``added``), to the session's sum: the field to write."""
+    return {"usage": models_catalog.add_usage(locked.usage or {}, added)} if added else {}
+
+
+def _write_session(session_id: str, locked: Session | None, fields: dict) -> None:
+    """Under the session row lock: ``fields`` of the row written (and ``locked``'s)."""
+    if fields:
+        fields = {**fields, "updated_at": timezone.now()}
+        Session.objects.filter(id=session_id).update(**fields)
+        for name, value in fields.items() if locked is not None else ():
+            setattr(locked, name, value)
 
 
 def finish(
@@ -351,13 +355,12 @@ def finish(
     rows: Callable[[], dict] | None = None,
 ) -> None:
     """Record the end (``status``, ``run``'s fields) of a run by its execution of ``epoch`` and
-    hand the session over, ``usage_added`` to its sum; ``rows()`` first writes its last rows
-    under the session row lock (``Checkpointer.flush(ending=True)``), saying what it wrote of
-    that row. ``LeaseLost`` (nothing written): another execution owns the run, or it ended."""
+    hand the session over, ``usage_added`` to its sum; ``rows()`` first writes the last rows
+    under the session row lock (``Checkpointer.flush(ending=True)``) and says the session's
+    fields to write with the hand-over (its head). ``LeaseLost``: nothing written."""
     with transaction.atomic():
         locked = lock.lock_session(run.session_id)
-        for name, value in (rows() if rows is not None else {}).items():
-            setattr(locked, name, value)
+        fields = {**(rows() if rows is not None else {}), **_usage(locked, usage_added)}
         moved = move(
             run.id,
             Run.Status.RUNNING,
@@ -372,7 +375,7 @@ def finish(
         if not moved:
             raise LeaseLost(run.id)
         run.status = status
-        _hand_over(run.session_id, run.id, locked, usage_added=usage_added)
+        _hand_over(run.session_id, run.id, locked, also=fields)
         events.publish_on_commit(run.session_id, events.RUN_UPDATED, run=run_data(run))
         # The row read under the lock, with this transaction's changes on it: as it commits.
         events.publish_on_commit(
@@ -385,15 +388,9 @@ def park(run: Run, *, epoch: int, usage_added: dict | None = None) -> None:
     execution begun under ``epoch``; ``LeaseLost`` when that one does not own it any more)."""
     with transaction.atomic():
         locked = lock.lock_session(run.session_id)
-        if not move(
-            run.id,
-            Run.Status.RUNNING,
-            Run.Status.REQUIRES_ACTION,
-            epoch=epoch,
-            usage=run.usage,
-        ):
+        if not move(run.id, S.RUNNING, S.REQUIRES_ACTION, epoch=epoch, usage=run.usage):
             raise LeaseLost(run.id)
-        _add_usage(locked, usage_added)
+        _write_session(locked.id, locked, _usage(locked, usage_added))
         run.status = Run.Status.REQUIRES_ACTION
         lock.park(run.session_id, run.id)
         data = run_data(run)
@@ -468,17 +465,16 @@ def restart(locked: Session, run: Run, **fields: object) -> Run:
 
 
 def _hand_over(
-    session_id: str, run_id: str, locked: Session | None = None, *, usage_added: dict | None = None
+    session_id: str, run_id: str, locked: Session | None = None, *, also: dict | None = None
 ) -> str | None:
     """Under the session row lock: pass the busy lock from ``run_id`` to the oldest queued
-    run (enqueued after commit), or release it (``session.status`` idle). ``locked``, the
-    row read under that lock, follows the change (with ``usage_added``, in one UPDATE)."""
+    run (enqueued after commit), or release it (``session.status`` idle), with the fields
+    ``also`` (the ending run's head and usage) in the same UPDATE (or alone: nothing to
+    hand over). ``locked``, the row read under that lock, follows the change."""
     queued = next(iter(_QUEUED.rows(session_id=session_id, run_id=run_id)), None)
     next_run = queued[0] if queued else None
-    added = usage_added and locked is not None
-    usage = {"usage": models_catalog.add_usage(locked.usage or {}, usage_added)} if added else {}
-    if not lock.hand_over(session_id, run_id, next_run, locked, also=usage) and added:
-        _add_usage(locked, usage_added)  # no lock to hand over: the usage still adds
+    if not lock.hand_over(session_id, run_id, next_run, locked, also=also):
+        _write_session(session_id, locked, also or {})
     if queued:
         metrics.observe_busy_wait((timezone.now() - queued[1]).total_seconds())
         runtime.enqueue_on_commit(queued[0])
