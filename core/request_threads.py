@@ -95,7 +95,10 @@ class RequestThreads:
             lease.release()
 
     def take(self) -> _Thread:
-        return self._idle.pop() if self._idle else _Thread()
+        try:
+            return self._idle.pop()
+        except IndexError:
+            return _Thread()
 
     def give_back(self, thread: _Thread) -> None:
         if thread.idle and len(self._idle) < self.keep:

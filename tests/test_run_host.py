@@ -4,6 +4,7 @@ new runs starts a few at a time, and the collector does not stop every run's tok
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
 
@@ -18,10 +19,13 @@ from sessions_app.services.sessions import create_session
 
 
 def test_a_long_lived_process_freezes_what_it_imported_and_spaces_its_collections():
+    """And hands the interpreter to a waiting thread after 1 ms, not CPython's 5."""
     import config.asgi  # noqa: F401  (Daphne's entry settles its heap once it has imported)
 
     assert gc.get_freeze_count() > 10_000, "the project's import-time objects are frozen"
     assert gc.get_threshold() == heap.THRESHOLDS
+    assert sys.getswitchinterval() == pytest.approx(heap.SWITCH_INTERVAL)
+    assert heap.SWITCH_INTERVAL < 0.005
     frozen = gc.get_freeze_count()
     heap.settle()  # once per process: a second call (the worker's host) changes nothing
     assert gc.get_freeze_count() == frozen
