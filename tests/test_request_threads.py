@@ -66,6 +66,7 @@ async def test_requests_at_once_each_have_their_own_thread_and_keep_is_a_bound()
 async def test_a_thread_still_running_a_left_request_s_view_is_not_given_to_the_next():
     release = threading.Event()
     threads_seen: list[int] = []
+    left: list[asyncio.Future] = []
 
     def slow_view() -> None:
         threads_seen.append(threading.get_ident())
@@ -76,9 +77,9 @@ async def test_a_thread_still_running_a_left_request_s_view_is_not_given_to_the_
             # The client went away while the view ran: Django cancels the request's task,
             # the view's call goes on on its thread (as a shielded run view does).
             view = asyncio.ensure_future(sync_to_async(slow_view)())
+            left.append(view)
             while not threads_seen:
                 await asyncio.sleep(0.01)
-            view.add_done_callback(lambda f: f.exception())
             return
         await sync_to_async(lambda: threads_seen.append(threading.get_ident()))()
 
@@ -90,6 +91,7 @@ async def test_a_thread_still_running_a_left_request_s_view_is_not_given_to_the_
     assert time.monotonic() - started < 2, "the next request did not wait behind the view"
     assert threads_seen[1] != threads_seen[0]
     release.set()
+    await asyncio.wait_for(left[0], 5)  # the left view ends on its own thread
 
 
 async def test_a_waiting_request_gives_its_thread_back_until_its_next_call():
