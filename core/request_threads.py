@@ -20,15 +20,21 @@ database connection of its context, its transaction, a view's thread-locals.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
 
-from asgiref.sync import SyncToAsync, ThreadSensitiveContext
+from asgiref.sync import ThreadSensitiveContext
 
 Scope = dict[str, Any]
 ASGIApp = Callable[[Scope, Callable[..., Any], Callable[..., Any]], Awaitable[None]]
+
+# The lease of the request being served: its tasks (Django's, a stream's) inherit it.
+_current: contextvars.ContextVar[Lease | None] = contextvars.ContextVar(
+    "request_thread_lease", default=None
+)
 
 
 class _Thread(ThreadPoolExecutor):
@@ -88,10 +94,12 @@ class RequestThreads:
             await self.app(scope, receive, send)
             return
         lease = Lease(self)
+        token = _current.set(lease)
         try:
             async with ThreadSensitiveContext(executor=lease):
                 await self.app(scope, receive, send)
         finally:
+            _current.reset(token)
             lease.release()
 
     def take(self) -> _Thread:
@@ -113,6 +121,4 @@ class RequestThreads:
 
 def current_lease() -> Lease | None:
     """The lease of the request this runs for, if ``RequestThreads`` serves it."""
-    context = SyncToAsync.thread_sensitive_context.get(None)
-    executor = SyncToAsync.context_to_thread_executor.get(context) if context else None
-    return executor if isinstance(executor, Lease) else None
+    return _current.get()

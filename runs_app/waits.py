@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
-from asgiref.sync import SyncToAsync, sync_to_async
+from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db import connections
@@ -96,26 +96,14 @@ async def database_turn() -> AsyncIterator[None]:
 def release_request_thread() -> None:
     """Let go of the thread this request's synchronous parts run on while it waits.
 
-    Under ASGI, a request's synchronous parts (the middleware's hooks, a sync view) run on a
-    thread of the request's own, kept until the request ends: a request that waits minutes
-    would keep an idle thread that long. Served by ``core.request_threads`` (config/asgi.py),
-    the thread goes back to the pool now; with Django's own per-request context it is let to
-    end. Either way the request's next synchronous part (rendering the answer, the
-    middleware on the way out) gets another. Outside such a context (the test client):
-    nothing to do."""
+    A request's synchronous parts (the middleware's hooks, a sync view) run on a thread it
+    holds until it ends (``core.request_threads``, config/asgi.py): a request that waits
+    minutes would keep an idle thread that long. The thread goes back to the pool now; the
+    request's next synchronous part (rendering the answer, the middleware on the way out)
+    takes one again. Not served through it (the test client): nothing to do."""
     lease = request_threads.current_lease()
     if lease is not None:
         lease.release()
-        return
-    # asgiref's own bookkeeping (3.x): without it, the thread is kept, as before.
-    contexts = getattr(SyncToAsync, "thread_sensitive_context", None)
-    executors = getattr(SyncToAsync, "context_to_thread_executor", None)
-    context = contexts.get(None) if contexts is not None else None
-    if context is None or executors is None or getattr(context, "_executor", None) is not None:
-        return
-    executor = executors.pop(context, None)
-    if executor is not None:
-        executor.shutdown(wait=False)
 
 
 def _stored_statuses(run_ids: list[str]) -> dict[str, str]:

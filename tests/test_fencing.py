@@ -474,8 +474,11 @@ def test_a_stale_execution_s_end_keeps_none_of_its_last_step(owner, monkeypatch)
     original = Ending._record_end
     taken: list[Run] = []
 
+    heads: list[str | None] = []
+
     def taken_over_first(self, status):  # noqa: ANN001, ANN202
         taken.append(_take_over(Run.objects.get(id=self.run.id)))  # the sweep, meanwhile
+        heads.append(Session.objects.get(id=self.run.session_id).head_id)  # the user's turn
         return original(self, status)
 
     monkeypatch.setattr(Ending, "_record_end", taken_over_first)
@@ -483,7 +486,10 @@ def test_a_stale_execution_s_end_keeps_none_of_its_last_step(owner, monkeypatch)
     assert taken and taken[0].lease_epoch == 2
     stored = Run.objects.get(id=run.id)
     assert (stored.status, stored.finished_at) == (Run.Status.RUNNING, None)
-    assert Session.objects.get(id=run.session_id).busy_run_id == run.id
+    session = Session.objects.get(id=run.session_id)
+    assert session.busy_run_id == run.id
+    # The end's head goes with its hand-over, in one UPDATE: refused with the rest.
+    assert heads and session.head_id == heads[0] == stored.input_message_id
     # The user's message (written at the start) is there; the answer, streamed but never
     # stored, is not: the execution that took the run over answers it.
     roles = list(Message.objects.filter(run_id=run.id).values_list("role", flat=True))
@@ -606,6 +612,9 @@ def test_changed_fields_are_compiled_updates_that_a_stale_execution_cannot_write
     _take_over(run)  # the lease went to another execution: this one's changes are refused
     part.text = "stale"
     writer.touch(part, "text")
+    run.input_message_id = message.id  # the run's own row too (its input mark, compiled)
+    writer.touch(run, "input_message_id")
     with pytest.raises(LeaseLost):
         writer.flush()
     assert Part.objects.get(id=part.id).text == "step 2"
+    assert Run.objects.get(id=run.id).input_message_id is None
