@@ -618,3 +618,46 @@ def test_changed_fields_are_compiled_updates_that_a_stale_execution_cannot_write
         writer.flush()
     assert Part.objects.get(id=part.id).text == "step 2"
     assert Run.objects.get(id=run.id).input_message_id is None
+
+
+def test_a_stale_execution_neither_confirms_a_revert_nor_writes_its_prompt(owner, monkeypatch):
+    """A prompt over a pending revert confirms it in the prompt's transaction (rule 1.3). The
+    run taken over just before: the revert stays pending, nothing of it is deleted, and no
+    prompt is written — the execution that took the run over does both."""
+    from runs_app.loop.start import StartPhase
+    from sessions_app.services.revert import revert_session
+
+    first = submitted(owner, "say one")
+    host.run_to_end(first.id, timeout=60)
+    session = Session.objects.get(id=first.session_id)
+    turn = start_run(
+        session=session,
+        user=owner,
+        messages=[{"role": "user", "content": "say two"}],
+        defer_enqueue=True,
+    )
+    host.run_to_end(turn.id, timeout=60)
+    boundary = Message.objects.get(run_id=turn.id, role="user")
+    revert_session(session=Session.objects.get(id=session.id), message_id=boundary.id)
+    kept = set(Message.objects.filter(session_id=session.id).values_list("id", flat=True))
+
+    run = start_run(
+        session=Session.objects.get(id=session.id),
+        user=owner,
+        messages=[{"role": "user", "content": "say three"}],
+        defer_enqueue=True,
+    )
+    original = StartPhase.confirm_and_prompt
+    taken: list[Run] = []
+
+    def taken_over_first(self):  # noqa: ANN001, ANN202
+        taken.append(_take_over(Run.objects.get(id=self.run.id)))  # the sweep, meanwhile
+        return original(self)
+
+    monkeypatch.setattr(StartPhase, "confirm_and_prompt", taken_over_first)
+    host.run_to_end(run.id, timeout=60)
+    assert taken and taken[0].lease_epoch == 2
+    stored = Session.objects.get(id=session.id)
+    assert stored.revert and stored.revert["message_id"] == boundary.id
+    assert set(Message.objects.filter(session_id=session.id).values_list("id", flat=True)) == kept
+    assert not Message.objects.filter(run_id=run.id).exists()

@@ -1,10 +1,14 @@
 from __future__ import annotations
 
+import concurrent.futures
 import subprocess
 import time
 
 import pytest
+from django.db import connection
 
+from realtime import events
+from runs_app.loop.start import StartPhase
 from runs_app.models import Run
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path
@@ -179,6 +183,60 @@ def test_a_new_prompt_confirms_a_pending_revert(api, sid):
     ]
     assert texts == ["write a.txt one", "", "done", "say next", "next"]
     assert (worktree / "a.txt").read_text() == "one"
+
+
+def test_a_prompt_over_a_revert_confirms_it_in_the_prompt_s_own_transaction(api, sid, monkeypatch):
+    """Rule 1.3: the revert's confirmation and the new prompt are stored together. A reader
+    between the two saw the reverted turns gone and the prompt not there yet (an empty chat
+    with "later branches", in a CI run of the browser tests); now the cleanup's events go out
+    once the prompt is stored too, and a prompt that fails to be written leaves the revert
+    pending, nothing deleted."""
+    run_turn(api, sid, "say one")
+    run_turn(api, sid, "say two")
+    revert(api, sid, user_messages(sid)[1].id)
+
+    seen: list[tuple[str, bool]] = []
+    reader = concurrent.futures.ThreadPoolExecutor(1)
+    original = events.publisher.publish
+
+    def prompt_stored() -> bool:
+        try:
+            return Part.objects.filter(session_id=sid, text="say next").exists()
+        finally:
+            connection.close()
+
+    def spy(session_id: str, type: str, payload: dict) -> None:
+        if watching and type in (events.MESSAGE_REMOVED, events.SESSION_UPDATED):
+            seen.append((type, reader.submit(prompt_stored).result()))
+        original(session_id, type, payload)
+
+    watching = True
+    monkeypatch.setattr(events.publisher, "publish", spy)
+    try:
+        run_turn(api, sid, "say next")
+    finally:
+        watching = False
+        reader.shutdown()
+    assert (events.MESSAGE_REMOVED, True) in seen
+    assert seen and all(stored for _, stored in seen), seen
+
+    # A prompt that cannot be written: the revert stays pending, the reverted turn stays.
+    run_turn(api, sid, "say three")
+    revert(api, sid, user_messages(sid)[-1].id)
+    before = set(Message.objects.filter(session_id=sid).values_list("id", flat=True))
+
+    def broken(self):  # noqa: ANN001, ANN202
+        raise RuntimeError("the prompt could not be written")
+
+    monkeypatch.setattr(StartPhase, "_start_prompt", broken)
+    api.post(
+        f"/api/sessions/{sid}/runs/",
+        {"messages": [{"role": "user", "content": "say four"}], "wait": True},
+        format="json",
+    )
+    session = Session.objects.get(id=sid)
+    assert session.revert is not None
+    assert set(Message.objects.filter(session_id=sid).values_list("id", flat=True)) == before
 
 
 def test_history_moves_answer_409_while_a_run_streams(api, sid):

@@ -1,5 +1,6 @@
 """Before the first step: a new prompt confirms a pending revert and interrupts the path's
-unfinished tools, then writes the user message; continue and regenerate move the head and
+unfinished tools, then writes the user message (one transaction with the revert's
+confirmation); continue and regenerate move the head and
 the files to where the branch hangs from (one transaction, marked applied so a resumed run
 skips it); multitask "rollback" takes the interrupted run off the path."""
 
@@ -26,44 +27,57 @@ class StartPhase(LoopState):
     """Start-up: the prompt, or the branch a continue or a regenerate makes."""
 
     async def start_up(self) -> bool:
-        """Everything before the first step: False when there is nothing to run."""
-        run = self.run
-        prompting = run.mode == Run.Mode.PROMPT and run.input_message_id is None
-        if prompting and self.session.revert:
-            # Rule 1.3 / 3.6: a new prompt confirms a pending revert first.
-            self.session = await self.db(
-                cleanup_session, session=self.session, holder_run_id=run.id, fence=self.fence
-            )
-            self.head_id = self.session.head_id
-        # One trip to a database thread for the rest (a thread hop each was a wait for the
-        # interpreter each, while a burst of runs starts beside the streaming ones).
-        return await self.db(self._start_rows, prompting)
+        """Everything before the first step: False when there is nothing to run. One trip to
+        a database thread (a thread hop each was a wait for the interpreter each, while a
+        burst of runs starts beside the streaming ones)."""
+        return await self.db(self._start_rows)
 
-    def _start_rows(self, prompting: bool) -> bool:
+    def _start_rows(self) -> bool:
         """(A database thread.) The path (or the branch), the prompt, the files' snapshot."""
         run = self.run
+        prompting = run.mode == Run.Mode.PROMPT and run.input_message_id is None
+        written: list[Message] = []
         if run.branch and not run.branch.get("applied"):
             self.start_branch()
+        elif prompting and self.session.revert:
+            written = self.confirm_and_prompt()
         else:
             self.history = active_path(self.session)
-        if prompting:
-            self.start_prompt()
-        elif turn_finished(self.history):
+            if prompting:
+                written = self.start_prompt()
+        if not prompting and turn_finished(self.history):
             return False
+        # Stored (and committed) by now: the new input said after its rows.
+        for message in written:
+            self.emit(events.MESSAGE_UPDATED, message=message_data(message))
         self.tree = self.snap.track()
         return True
 
-    def start_prompt(self) -> None:
-        """Rule 1.3: interrupt unfinished tools on the path, then write the user message."""
+    def confirm_and_prompt(self) -> list[Message]:
+        """Rule 1.3 / 3.6: a new prompt confirms a pending revert first — in the prompt's own
+        transaction, so no reader ever sees the path between the two (the reverted turns gone,
+        the prompt not there yet: an empty chat and "later branches" for a moment), and the
+        cleanup's events go out with the prompt's, after the commit."""
+        with transaction.atomic():
+            self.session = cleanup_session(
+                session=self.session, holder_run_id=self.run.id, fence=self.fence
+            )
+            self.head_id = self.session.head_id
+            self.history = active_path(self.session)
+            return self.start_prompt()
+
+    def start_prompt(self) -> list[Message]:
+        """Rule 1.3: interrupt unfinished tools on the path, then write the user message (the
+        messages written, for the caller to say once committed)."""
         if self.run.multitask_strategy == "rollback" and self.run.interrupted_run_id:
             with transaction.atomic():  # with the checkpoint below: fenced together
                 self.roll_back_interrupted()
-                self._start_prompt()
+                written = self._start_prompt()
                 self.fence()
-            return
-        self._start_prompt()
+            return written
+        return self._start_prompt()
 
-    def _start_prompt(self) -> None:
+    def _start_prompt(self) -> list[Message]:
         now = time.time()
         for message in self.history:
             for part in message.loaded_parts:
@@ -82,8 +96,7 @@ class StartPhase(LoopState):
             self.run.input_message_id = written[0].id
             self.writer.touch(self.run, "input_message_id")
         self.writer.flush()
-        for message in written:
-            self.emit(events.MESSAGE_UPDATED, message=message_data(message))
+        return written
 
     def start_branch(self) -> None:
         """Continue/regenerate (SEMANTICS 5): the head moves to the message the branch hangs
