@@ -136,7 +136,10 @@ function place(box, nodes) {
   while (box.children.length > nodes.length) box.lastElementChild.remove();
 }
 
+let promptEdits = 0; // the reader's edits of the prompt box so far
+
 export function initMoves() {
+  document.getElementById("prompt").addEventListener("input", () => { promptEdits++; });
   // On a touch screen (no hover), a tap on a bubble shows its moves; a tap elsewhere hides them.
   document.getElementById("messages").addEventListener("click", (e) => {
     if (e.target.closest("button, a, input, textarea, summary, select")) return;
@@ -298,6 +301,9 @@ export function revertButton(messageId, partId) {
 
 async function doRevert(messageId, partId, mode = "both") {
   showError("");
+  // The session's event (and with it the revert bar) can come before this answer: what the
+  // reader typed (or sent) meanwhile is theirs, not to be replaced by the reverted prompt.
+  const typed = promptEdits;
   try {
     const body = { message_id: messageId };
     if (partId) body.part_id = partId;
@@ -314,7 +320,7 @@ async function doRevert(messageId, partId, mode = "both") {
     }
     const session = currentSession();
     const boundary = getMessage(session.revert.message_id);
-    if (boundary && boundary.role === "user" && !session.revert.part_id) {
+    if (boundary && boundary.role === "user" && !session.revert.part_id && promptEdits === typed) {
       // Sending it again confirms the revert; an unrevert takes it out again.
       revertPrompt = textOf(boundary);
       document.getElementById("prompt").value = revertPrompt;

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Error as PlaywrightError
 
-from .ui import LAST_ASSISTANT_TEXT, files_on_disk, login, send, wait_idle
+from .ui import LAST_ASSISTANT_TEXT, files_on_disk, login, revert_here, send, wait_idle
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -175,9 +175,7 @@ def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
     }
 
     second = page.locator("#messages .msg.user").nth(1)
-    second.hover()
-    second.locator("> .actions button.revert-here").click()
-    page.wait_for_selector("#revert-bar:not([hidden])")
+    revert_here(page, second)
     bar = page.locator("#revert-bar").inner_text()
     assert "b.txt" in bar and "c.txt" in bar and "deleted" in bar
     assert page.locator("#messages .msg.reverted").count() == 6
@@ -191,9 +189,7 @@ def test_a_user_reverts_looks_at_the_diff_unreverts_and_confirms(page, server):
     assert files_on_disk(server, session_id)["c.txt"] == "c content"
     assert page.locator("#messages .msg.reverted").count() == 0
 
-    second.hover()
-    second.locator("> .actions button.revert-here").click()
-    page.wait_for_selector("#revert-bar:not([hidden])")
+    revert_here(page, second)
     send(page, "say confirmed")
     page.wait_for_function("() => document.body.innerText.includes('confirmed')")
     wait_idle(page)
@@ -219,10 +215,7 @@ def test_an_answer_that_streams_while_the_path_reloads_is_shown(page, server):
     send(page, "say first")
     page.wait_for_function("() => document.body.innerText.includes('first')")
     wait_idle(page)
-    first = page.locator("#messages .msg.user").nth(0)
-    first.hover()
-    first.locator("> .actions button.revert-here").click()
-    page.wait_for_selector("#revert-bar:not([hidden])")
+    revert_here(page, page.locator("#messages .msg.user").nth(0))
 
     def late(route) -> None:
         # Read by the server now, handed to the page after the run has ended. (The sleep

@@ -236,6 +236,46 @@ def test_the_moves_that_stay_keep_their_buttons_while_a_run_starts_and_ends(page
     assert stops == ["Edit"]
 
 
+def test_words_typed_while_a_revert_is_answered_are_kept(page, server):
+    """A revert to a user message puts its text back in the box, when the revert's answer
+    comes. Its bar can show before that (the session's event comes first): what the reader
+    types in between is theirs, and the late answer must not replace it (nor merge with it:
+    a CI run sent "say firstsay streamed past the reload")."""
+    login(page, server)
+    new_session(page)
+    send(page, "say first")
+    answer(page, "first")
+    held = []
+
+    def hold(route) -> None:  # noqa: ANN001 - answered by the server now, handed over later
+        held.append((route, route.fetch()))
+
+    page.route("**/revert/", hold)
+    first = page.locator("#messages .msg.user").first
+    first.hover()
+    first.locator("> .actions button.revert-here").click()
+    page.wait_for_selector("#revert-bar:not([hidden])")  # by the session's event
+    assert page.input_value("#prompt") == ""  # the answer is held
+    page.locator("#prompt").press_sequentially("my own words")
+    for _ in range(100):
+        if held:
+            break
+        page.wait_for_timeout(100)
+    route, response = held[0]
+    with page.expect_event("requestfinished", lambda r: r.url.endswith("/revert/")):
+        route.fulfill(response=response)
+    # The answer's handler runs once its body is read: two frames and a task later at most.
+    page.evaluate(
+        "() => new Promise((r) => requestAnimationFrame(() =>"
+        " requestAnimationFrame(() => setTimeout(r, 100))))"
+    )
+    assert page.input_value("#prompt") == "my own words"
+    # The revert itself is whole: an unrevert leaves the reader's words where they are.
+    page.click("#unrevert")
+    page.wait_for_selector("#revert-bar", state="hidden")
+    assert page.input_value("#prompt") == "my own words"
+
+
 def test_continue_names_the_message_and_regenerate_says_what_came_of_it(page, server):
     login(page, server)
     new_session(page)

@@ -18,6 +18,7 @@ from .ui import (
     filter_session_events,
     login,
     new_session,
+    revert_here,
     send,
     wait_idle,
 )
@@ -223,10 +224,7 @@ def test_events_left_out_by_a_reload_are_read_again_after_a_branch_switch_the_se
         return True
 
     two_branches(page, server, keep)
-    first_user = page.locator("#messages .msg.user").first
-    first_user.hover()
-    first_user.locator("> .actions button.revert-here").click()
-    page.wait_for_selector("#revert-bar:not([hidden])")
+    revert_here(page, page.locator("#messages .msg.user").first)
 
     reload_reads, merge_reads = [], []
     holding = {"phase": "reload"}  # then "merge" (the read after the reload), then "off"

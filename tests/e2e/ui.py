@@ -86,6 +86,18 @@ def edit_first_message(page, text: str):  # noqa: ANN201 - a Playwright Locator
     return first_user
 
 
+def revert_here(page, message) -> None:  # noqa: ANN001 - a Playwright Locator
+    """Revert to the user message ``message`` and wait until the revert is done as the user
+    sees it: the revert bar shown and the message's text back in the prompt box. The bar can
+    show first (the session's event comes before the revert's answer): typing then would race
+    the answer's prompt (a CI run sent "say firstsay streamed past the reload")."""
+    said = message.locator("> .text").first.inner_text()
+    message.hover()
+    message.locator("> .actions button.revert-here").click()
+    page.wait_for_selector("#revert-bar:not([hidden])")
+    page.wait_for_function("(said) => document.getElementById('prompt').value === said", arg=said)
+
+
 def files_on_disk(server, session_id: str) -> dict[str, str]:
     """The session's worktree as the server left it on disk (``.git`` aside)."""
     root = server.tmp / "workspaces" / session_id
