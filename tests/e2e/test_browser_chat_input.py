@@ -308,6 +308,14 @@ def test_an_unreachable_server_shows_reconnecting_and_a_send_keeps_its_text(page
     assert "Failed to fetch" not in page.locator("body").inner_text()
     page.screenshot(path=f"/tmp/chat-offline-{width}.png")
 
+    # The chat's own next try at least 4 s away (its waits double: 1, 2, 4, 8 s): else it may
+    # reconnect by itself between the server's return and the click, and the button is gone
+    # (seen on a loaded machine).
+    page.wait_for_function(
+        "() => Number((/next try in (\\d+) s/.exec("
+        "document.getElementById('connection-bar').textContent) || [0, 0])[1]) >= 4",
+        timeout=20_000,
+    )
     cut(False)
     page.get_by_role("button", name="Try now").click()
     bar.wait_for(state="hidden")
