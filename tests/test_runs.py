@@ -343,3 +343,32 @@ def test_the_stream_endpoint_refuses_an_output_schema(api):
         "message": "output_schema is not supported on the streaming endpoint.",
     }
     assert not Run.objects.filter(session_id=sid).exists()
+
+
+def test_a_run_ended_by_a_lost_connection_leaves_no_call_pending(api, monkeypatch):
+    """Found by the database-fault test under load: the connection went as the batch's calls
+    were put on record (pending), the run ended in an error, and its end stored the call
+    pending — in a finished run, inside a message completed with the error. It ends with
+    that message now, interrupted (never run: a resume does not run it either)."""
+    from django.db import OperationalError
+
+    from runs_app.checkpoint import Checkpointer
+    from tests.conftest import run_turn
+
+    sid = new_session(api)
+    original = Checkpointer.flush
+    failed: list[bool] = []
+
+    def flush(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if not failed and any(p.type == Part.Type.TOOL for p in self._new_parts):  # noqa: SLF001
+            failed.append(True)
+            raise OperationalError("terminating connection due to administrator command")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Checkpointer, "flush", flush)
+    run = run_turn(api, sid, "say hi\nappend log.txt y", status="error")
+    assert failed and run["error"]["type"] == "DatabaseError"
+    call = Part.objects.get(session_id=sid, type=Part.Type.TOOL)
+    assert call.state["status"] == "error", call.state
+    assert call.state["metadata"] == {"interrupted": True, "reason": "error"}
+    assert not (Session.objects.get(id=sid).worktree / "log.txt").exists()

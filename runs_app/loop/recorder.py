@@ -17,6 +17,7 @@ from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data, part_data
 from sessions_app.services.changes import changes_summary, path_start
 
+from .errors import UNFINISHED
 from .state import LoopState
 
 
@@ -99,6 +100,14 @@ class Recorder(LoopState):
             or message.run_id != self.run.id
         ):
             return
+        # A call it put on record and never finished ends with it, as the message does: a
+        # run that ended in an error shows no call still pending or running (never run
+        # twice: a resume sees it interrupted, rule 1.5).
+        now = time.time()
+        for part in message.loaded_parts:
+            status = (part.state or {}).get("status")
+            if part.type == Part.Type.TOOL and status in UNFINISHED:
+                self.interrupt(part, reason="error", now=now)
         message.error = {"reason": "ProviderError", "message": text, "metadata": {}}
         message.completed_at = timezone.now()
         self.writer.touch(message, "error", "completed_at")
