@@ -11,7 +11,15 @@ from collections.abc import Callable
 
 import pytest
 
-from .ui import BADGE_IDLE, LAST_ASSISTANT_TEXT, login, new_session, send, wait_idle
+from .ui import (
+    BADGE_IDLE,
+    LAST_ASSISTANT_TEXT,
+    login,
+    new_session,
+    prompt_back,
+    send,
+    wait_idle,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -139,7 +147,7 @@ def test_a_session_event_older_than_a_revert_does_not_take_the_revert_back(page,
     second.locator("> .actions").get_by_role("button", name="Rewind options").click()
     second.get_by_role("menuitem", name="Conversation only").click()
     page.wait_for_selector("#revert-bar:not([hidden])")
-    assert page.input_value("#prompt") == "write b.txt B1"
+    prompt_back(page, "write b.txt B1")
     sockets.release()
     sockets.handled()  # the late frames too
     assert page.locator("#revert-bar").is_visible(), "the revert stands"

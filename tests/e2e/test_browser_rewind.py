@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .ui import files_on_disk, login, new_session, send, wait_idle
+from .ui import files_on_disk, login, new_session, prompt_back, send, wait_idle
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -69,7 +69,7 @@ def _flow(page, server) -> None:
     page.wait_for_selector("#revert-bar:not([hidden])")
     assert "conversation only" in page.locator("#revert-bar").inner_text()
     assert page.locator("#messages .msg.reverted").count() >= 2
-    assert page.input_value("#prompt") == "write b.txt B1\nappend a.txt more"
+    prompt_back(page, "write b.txt B1\nappend a.txt more")
     assert files_on_disk(server, sid) == both
     listed(page, "b.txt", True)
     page.click("#unrevert")

@@ -95,6 +95,12 @@ def revert_here(page, message) -> None:  # noqa: ANN001 - a Playwright Locator
     message.hover()
     message.locator("> .actions button.revert-here").click()
     page.wait_for_selector("#revert-bar:not([hidden])")
+    prompt_back(page, said)
+
+
+def prompt_back(page, said: str) -> None:
+    """Wait for a revert's answer to put ``said`` back in the prompt box: the revert bar may
+    show before it (by the session's event), and the box is filled only by the answer."""
     page.wait_for_function("(said) => document.getElementById('prompt').value === said", arg=said)
 
 
