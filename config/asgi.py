@@ -16,11 +16,17 @@ from runs_app import runtime, sweeper  # noqa: E402
 
 refuse_root("web", embedded=runtime.embedded())
 
-from config.body_limit import BodyLimit, daphne_parses_no_forms  # noqa: E402
+from config.body_limit import (  # noqa: E402
+    BodyLimit,
+    daphne_bounds_bodies,
+    daphne_parses_no_forms,
+)
 from core.request_threads import RequestThreads  # noqa: E402
 from realtime.ws_origin import SameOriginValidator  # noqa: E402
 
+# Daphne imports this module before it listens: its requests are changed before the first.
 daphne_parses_no_forms()
+daphne_bounds_bodies()
 
 from django.urls import get_resolver  # noqa: E402
 
