@@ -214,14 +214,28 @@ class Credential(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="git_credentials"
     )
     name = models.CharField(max_length=100)
+    # Where it may be sent: the scheme its kind says (a token over https, a key over ssh), this
+    # host and this port, never another port of the host (another server, maybe another owner).
     host = models.CharField(max_length=255)
+    port = models.PositiveIntegerField()
     kind = models.CharField(max_length=8, choices=Kind.choices)
     secret = models.BinaryField()  # a Fernet token of the secret
     created_at = models.DateTimeField(auto_now_add=True)
+
+    DEFAULT_PORTS = {Kind.TOKEN: 443, Kind.SSH_KEY: 22}
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["owner", "-created_at"])]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.kind}, {self.host})"
+        return f"{self.name} ({self.kind}, {self.address})"
+
+    @property
+    def scheme(self) -> str:
+        return "ssh" if self.kind == self.Kind.SSH_KEY else "https"
+
+    @property
+    def address(self) -> str:
+        """Where it is sent, as a URL starts: ``https://git.example.com:443``."""
+        return f"{self.scheme}://{self.host}:{self.port}"

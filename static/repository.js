@@ -65,7 +65,7 @@ async function loadCredentials() {
   if (!response.ok) return;
   const rows = await response.json();
   select.replaceChildren(new Option("the session's credential", ""));
-  for (const row of rows) select.append(new Option(`${row.name} (${row.host})`, row.id));
+  for (const row of rows) select.append(new Option(`${row.name} (${row.host}:${row.port})`, row.id));
 }
 
 export function initRepository(currentId) {

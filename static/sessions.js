@@ -76,7 +76,7 @@ if (newFrom) {
     const response = await fetch("/api/credentials/", { credentials: "same-origin" });
     if (!response.ok) return;
     select.replaceChildren(new Option("no credential (public)", ""));
-    for (const row of await response.json()) select.append(new Option(`${row.name} (${row.host}, ${row.kind})`, row.id));
+    for (const row of await response.json()) select.append(new Option(`${row.name} (${row.host}:${row.port}, ${row.kind})`, row.id));
   };
   newFrom.addEventListener("toggle", loadCredentials);
   loadCredentials(); // opened by ?new=1

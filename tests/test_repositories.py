@@ -32,6 +32,10 @@ def server(git_server: GitServer, settings) -> GitServer:
     return git_server
 
 
+def _port(server: GitServer) -> int:
+    return int(server.base_url.rsplit(":", 1)[1])
+
+
 def _clone(api, url: str, **repository) -> dict:  # noqa: ANN001
     answer = api.post("/api/sessions/", {"repository": {"url": url, **repository}}, format="json")
     assert answer.status_code == 201, answer.json()
@@ -111,7 +115,13 @@ def test_a_private_repository_needs_the_users_saved_token_which_never_leaks(api,
 
     saved = api.post(
         "/api/credentials/",
-        {"name": "ci", "host": "127.0.0.1", "kind": "token", "secret": server.token},
+        {
+            "name": "ci",
+            "host": "127.0.0.1",
+            "port": _port(server),
+            "kind": "token",
+            "secret": server.token,
+        },
         format="json",
     )
     assert saved.status_code == 201
@@ -149,7 +159,13 @@ def test_a_credential_goes_only_to_its_own_host_and_only_for_its_owner(api, serv
     assert "github.com" in answer.json()["error"]["message"]
     mine = api.post(
         "/api/credentials/",
-        {"name": "local", "host": "127.0.0.1", "kind": "token", "secret": server.token},
+        {
+            "name": "local",
+            "host": "127.0.0.1",
+            "port": _port(server),
+            "kind": "token",
+            "secret": server.token,
+        },
         format="json",
     ).json()
     theirs = client_for(outsider).post(
@@ -253,8 +269,8 @@ def test_what_the_agent_leaves_in_the_repositorys_git_never_runs_on_the_server(
 def _push(api, session_id: str, server: GitServer, branch: str = "agent/work"):  # noqa: ANN001
     credential = api.post(
         "/api/credentials/",
-        {"name": f"push-{time.time()}", "host": "127.0.0.1", "kind": "token",
-         "secret": server.token},
+        {"name": f"push-{time.time()}", "host": "127.0.0.1", "port": _port(server),
+         "kind": "token", "secret": server.token},
         format="json",
     ).json()  # fmt: skip
     return api.post(
@@ -542,7 +558,13 @@ def test_a_credential_deleted_before_the_clone_runs_fails_it_with_a_sentence(
     url = server.make_repo("gone", FILES, private=True)
     credential = api.post(
         "/api/credentials/",
-        {"name": "t", "host": "127.0.0.1", "kind": "token", "secret": server.token},
+        {
+            "name": "t",
+            "host": "127.0.0.1",
+            "port": _port(server),
+            "kind": "token",
+            "secret": server.token,
+        },
         format="json",
     ).json()
     original = repo_import.prepare

@@ -64,7 +64,8 @@ def _credential(api, server: SshGitServer, secret: str | None = None, **fields) 
     answer = api.post(
         "/api/credentials/",
         {"name": f"deploy-{len(Credential.objects.all())}", "host": "127.0.0.1",
-         "kind": "ssh_key", "secret": server.private_key if secret is None else secret, **fields},
+         "port": server.port, "kind": "ssh_key",
+         "secret": server.private_key if secret is None else secret, **fields},
         format="json",
     )  # fmt: skip
     assert answer.status_code == 201, answer.json()

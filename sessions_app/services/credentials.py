@@ -1,6 +1,6 @@
 """The user's saved git credentials (SEMANTICS 13): an access token or an ssh key, sealed in
-the vault, and the secret one gives for a remote — only ever sent to its own host, a token
-over https and a key over ssh."""
+the vault, and the secret one gives for a remote — only ever sent to its own host and port, a
+token over https and a key over ssh."""
 
 from __future__ import annotations
 
@@ -18,20 +18,35 @@ def credential_data(credential: Credential) -> dict:
         "id": credential.id,
         "name": credential.name,
         "host": credential.host,
+        "port": credential.port,
         "kind": credential.kind,
         "created_at": credential.created_at.isoformat().replace("+00:00", "Z"),
     }
 
 
-def save_credential(*, owner, name: str, host: str, kind: str, secret: str) -> Credential:  # noqa: ANN001
-    """A new credential of ``owner`` (its shape checked by the API's serializer)."""
+def save_credential(
+    *,
+    owner,  # noqa: ANN001
+    name: str,
+    host: str,
+    kind: str,
+    secret: str,
+    port: int | None = None,
+) -> Credential:
+    """A new credential of ``owner`` (its shape checked by the API's serializer), for ``host``
+    at ``port`` (none: its kind's default, 443 for a token, 22 for an ssh key)."""
     if owner.git_credentials.count() >= settings.CREDENTIALS_PER_USER_MAX:
         raise InvalidInput(
             f"You have {settings.CREDENTIALS_PER_USER_MAX} saved credentials already: delete "
             "one first."
         )
     return Credential.objects.create(
-        owner=owner, name=name, host=host.lower(), kind=kind, secret=vault.seal(secret)
+        owner=owner,
+        name=name,
+        host=host.lower(),
+        port=port or Credential.DEFAULT_PORTS[kind],
+        kind=kind,
+        secret=vault.seal(secret),
     )
 
 
@@ -50,21 +65,22 @@ def delete_credential(*, owner, credential_id: str) -> None:  # noqa: ANN001
 
 def secret_for(owner_id: int, credential_id: str | None, remote: repos.Remote):
     """The secret ``credential_id`` (one of ``owner_id``'s) gives for ``remote``, or None
-    without one: refused when the credential is for another host or another scheme."""
+    without one: refused when the credential is for another scheme, host or port."""
     if not credential_id:
         return None
     credential = Credential.objects.filter(id=credential_id, owner_id=owner_id).first()
     if credential is None:
         raise NotFoundError("No such credential.")
-    if credential.host != remote.host:
-        raise InvalidInput(
-            f"The credential {credential.name!r} is for {credential.host}, not {remote.host}: "
-            "a credential is only ever sent to its own host."
-        )
     if credential.kind == Credential.Kind.SSH_KEY and remote.scheme != "ssh":
         raise InvalidInput("An ssh key is for ssh:// URLs; use an access token for https.")
     if credential.kind == Credential.Kind.TOKEN and remote.scheme != "https":
         raise InvalidInput("An access token is for https:// URLs.")
+    if (credential.host, credential.port) != (remote.host, remote.port):
+        raise InvalidInput(
+            f"The credential {credential.name!r} is for {credential.address}, not "
+            f"{remote.scheme}://{remote.host}:{remote.port}: a credential is only ever sent "
+            "to its own host and port."
+        )
     try:
         return repos.Secret(credential.kind, vault.unseal(credential.secret))
     except vault.SecretUnreadable as exc:

@@ -3,9 +3,11 @@ push of the session's work, and the user's saved credentials."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
-from .base import Choice, In
+from .base import Choice, In, OneSentence
 
 
 # -- input ------------------------------------------------------------------------------------
@@ -43,12 +45,31 @@ class PushIn(In):
     )
 
 
+class Port(OneSentence, serializers.IntegerField):
+    """A port, 1 to 65535: a JSON number or a form's digits; every refusal one sentence."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        message = "port must be a whole number from 1 to 65535."
+        bounds = {"min_value": message, "max_value": message}  # DRF's validators say these
+        super().__init__(
+            min_value=1, max_value=65535, message=message, error_messages=bounds, **kwargs
+        )
+
+
 class CredentialIn(In):
     name = serializers.CharField(max_length=100)
     host = serializers.RegexField(
         r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,253}[A-Za-z0-9])?$",
         max_length=255,
+        error_messages={"invalid": "host must be a host name such as github.com (no port)."},
         help_text="The host it is sent to (and only there), e.g. github.com.",
+    )
+    port = Port(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The port it is sent to (and only there); none: 443 for a token, 22 for an"
+        " ssh key. A URL without a port uses that default.",
     )
     kind = Choice(("token", "ssh_key"), message="kind must be one of token, ssh_key.")
     secret = serializers.CharField(
@@ -67,5 +88,6 @@ class CredentialOut(serializers.Serializer):
     id = serializers.CharField()
     name = serializers.CharField()
     host = serializers.CharField()
+    port = serializers.IntegerField()
     kind = serializers.CharField()
     created_at = serializers.DateTimeField()
