@@ -56,7 +56,8 @@ class Session(models.Model):
     lineage_kind = models.CharField(max_length=16, blank=True, default="")
     alternative_group = models.CharField(max_length=40, blank=True, default="", db_index=True)
     # Where the worktree's first files came from: {} (empty), or {"type": "git", "url", "ref",
-    # "depth", "commit", "credential_id", "error"?} or {"type": "upload", "name", "files"}.
+    # "depth", "commit", "credential_id", "error"?} or {"type": "upload", "name", "files"}, or
+    # {"type": "share"} / {"type": "admin"} for another user's copy (its origin stays theirs).
     source = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

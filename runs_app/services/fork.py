@@ -40,6 +40,7 @@ from sessions_app.models import HistoryEvent, Message, Part, Session, Share
 from sessions_app.selectors import fork_point
 from sessions_app.services.changes import changes_summary
 from sessions_app.services.sessions import check_session_quota, fork_title
+from sessions_app.services.sharing import withhold_clone_address
 from workspace import snapshots
 
 from ..models import Run
@@ -297,8 +298,11 @@ def copy_path(
             if leaf:
                 _walk(cursor, source, leaf, fork.id, now_ms)
             tree = tree or tree_at(source, leaf)
+            same_owner = source.owner_id == user.pk
             if leaf:
-                _copy(cursor, source, fork.id, leaf, now_ms, same_owner=source.owner_id == user.pk)
+                _copy(cursor, source, fork.id, leaf, now_ms, same_owner=same_owner)
+                if not same_owner:
+                    withhold_clone_address(fork)
             HistoryEvent.objects.create(
                 session=fork,
                 kind="fork",
@@ -343,14 +347,19 @@ def _new_session(
         checkpoint=source.checkpoint,
         forked_from_session=source,
         forked_from_message_id=leaf,
-        # Where the files first came from goes along (a fork of a clone can push to its
-        # origin); another user's fork never gets the source owner's credential.
-        source={
-            k: v
-            for k, v in (source.source or {}).items()
-            if k != "credential_id" or source.owner_id == user.pk
-        },
+        source=_origin(source, user, kind),
     )
+
+
+def _origin(source: Session, user, kind: str) -> dict:  # noqa: ANN001
+    """Where the fork's files first came from. The owner's own fork keeps the source's origin
+    whole (it pushes there, with the clone's credential). Another user's copy (a share link,
+    the admin's fork) keeps none of it — no URL, branch, commit, host key or credential: the
+    URL may be private, and with it they could push the owner's turns there with a credential
+    of their own. It says only how it was made (``{"type": "share"}``), and cannot be pushed."""
+    if source.owner_id == user.pk:
+        return dict(source.source or {})
+    return {"type": kind or "share"}
 
 
 def _copy_files(

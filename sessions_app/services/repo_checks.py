@@ -50,6 +50,11 @@ def check_push(session: Session, branch: object, credential_id: object) -> repos
     from a git repository, ``branch`` is a branch name, ``credential_id`` a credential's id
     (or none), and the origin's URL still passes ``repos.check_url``."""
     source = session.source or {}
+    if source.get("type") in ("share", "admin"):
+        raise InvalidInput(
+            "This session is a copy of another user's session: the repository it came from "
+            "stays with them, so it cannot be pushed. Download its files or changes instead."
+        )
     if source.get("type") != "git" or not source.get("commit"):
         raise InvalidInput("Only a session started from a git repository can be pushed.")
     if not isinstance(branch, str) or not BRANCH.match(branch):

@@ -4,11 +4,14 @@ makes the link answer 404. What the owner does later (revert, rollback, new turn
 change what the link shows or what a fork of it copies: both read the pinned path (never the
 head; a null pin is the empty conversation) and the pinned snapshot (never the worktree). A
 cleanup that deletes the pinned message kills the link (404). The owner's system prompt goes
-with the link only when shared with ``include_system_prompt``."""
+with the link only when shared with ``include_system_prompt``. Where the files first came from
+stays the owner's: neither the link nor another user's fork of it shows or keeps a clone's
+address (``withheld_clone_text``; the fork's ``source`` is ``{"type": "share"}``)."""
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from django.conf import settings
@@ -154,11 +157,36 @@ def _readable(message: dict[str, Any]) -> dict[str, Any]:
     # A compaction's message is the divider that opens to its summary, not a bubble.
     message["compaction"] = any(p["type"] == "compaction" for p in message["parts"])
     for part in message["parts"]:
+        if part["type"] == "text" and part.get("source") == "git":
+            part["text"] = withheld_clone_text(part["text"])
         if part["type"] == "tool":
             part["input_text"] = json.dumps(
                 (part.get("state") or {}).get("input") or {}, ensure_ascii=False, indent=1
             )
     return message
+
+
+# The clone's first message ("Cloned <url> (<ref>) at <commit>: N files, B bytes.") as anyone
+# but the owner sees it: the repository's address (possibly private) and ref stay the owner's.
+_CLONE_COUNTS = re.compile(r": ([\d,]+ files, [\d,]+ bytes\.)$")
+
+
+def withheld_clone_text(text: str) -> str:
+    counts = _CLONE_COUNTS.search(text or "")
+    tail = f": {counts[1]}" if counts else "."
+    return f"Cloned a repository (its address stays with the owner){tail}"
+
+
+def withhold_clone_address(session: Session) -> int:
+    """Another user's copy (a share fork): its clone message without the address."""
+    rows = list(
+        Part.objects.filter(session=session, type=Part.Type.TEXT, data__source="git").only(
+            "id", "text"
+        )
+    )
+    for part in rows:
+        part.text = withheld_clone_text(part.text)
+    return Part.objects.bulk_update(rows, ["text"]) if rows else 0
 
 
 def shared_file(share: Share, path: str) -> bytes:

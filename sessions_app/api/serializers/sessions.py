@@ -158,7 +158,11 @@ class ForkIn(In):
 
 # -- output -----------------------------------------------------------------------------------
 class SourceOut(Out):
-    type = serializers.ChoiceField(("empty", "git", "upload"))
+    type = serializers.ChoiceField(
+        ("empty", "git", "upload", "share", "admin"),
+        help_text='"share" / "admin": a copy of another user\'s session (a share link\'s fork,'
+        " the admin's fork), whose origin stays with its owner: no URL, and no push.",
+    )
     url = serializers.CharField(required=False)
     ref = serializers.CharField(required=False)
     branch = serializers.CharField(required=False, help_text="The branch checked out.")
