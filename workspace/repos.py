@@ -40,14 +40,12 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from django.conf import settings
 
 SCHEMES = {"https": 443, "ssh": 22, "git": 9418}
 SCP_LIKE = re.compile(r"^(?P<user>[^@/:]+)@(?P<host>[A-Za-z0-9.-]+):(?P<path>[^/].*)$")
-# An ssh URL's user: a plain name. ssh takes a user that starts with "-" for an option
-# (``-oProxyCommand=…``), and git decodes %-escapes in it, so neither gets through.
 SSH_USER = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9._-]{0,63}$")
 LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 HOST_NAME = re.compile(rf"^(?=.{{1,253}}$){LABEL}(?:\.{LABEL})*$")
@@ -130,17 +128,7 @@ def check_url(url: object) -> Remote:
         raise RepoError("The URL's port is not a number.") from None
     if not host:
         raise RepoError("The URL names no host.")
-    if parts.password is not None or (scheme != "ssh" and parts.username is not None):
-        raise RepoError(
-            "Put no user name or token in the URL: save it as a credential and choose it."
-        )
-    if parts.username is not None and not (
-        SSH_USER.match(parts.username) and SSH_USER.match(unquote(parts.username))
-    ):
-        raise RepoError(
-            "The ssh user name in the URL must be a plain name such as git (letters, digits, "
-            "'.', '_' or '-', not first, no %-escapes)."
-        )
+    _check_user(parts, scheme)
     if not parts.path.strip("/") or parts.path.startswith("/-") or "/../" in f"{parts.path}/":
         raise RepoError("The URL names no repository path.")
     if parts.fragment:
@@ -168,6 +156,21 @@ def check_url(url: object) -> Remote:
         port=port,
         addresses=addresses,
     )
+
+
+def _check_user(parts: SplitResult, scheme: str) -> None:
+    """No user name or token in the URL, but an ssh URL's user, which must be a plain name:
+    ssh takes one that starts with "-" for an option, and git decodes %-escapes in it."""
+    if parts.password is not None or (scheme != "ssh" and parts.username is not None):
+        raise RepoError(
+            "Put no user name or token in the URL: save it as a credential and choose it."
+        )
+    user = parts.username
+    if user is not None and not (SSH_USER.match(user) and SSH_USER.match(unquote(user))):
+        raise RepoError(
+            "The ssh user name in the URL must be a plain name such as git (letters, digits, "
+            "'.', '_' or '-', not first, no %-escapes)."
+        )
 
 
 def _resolve(host: str, port: int) -> tuple[str, ...]:
