@@ -7,9 +7,12 @@ import ast
 import inspect
 import os
 import shutil
+import signal
 import stat
+import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,8 +51,10 @@ def gone(pid: int) -> bool:
 
 def test_no_subprocess_call_is_left_outside_the_runner():
     tree = ast.parse(inspect.getsource(snapshots))
-    runner = next(
-        node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "_run"
+    runner = next(  # its body, not the ``@overload`` lines that type its two answers
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.name == "_run" and not node.decorator_list
     )
     inside = {id(node) for node in ast.walk(runner)}
     outside = [
@@ -88,8 +93,9 @@ def test_no_subprocess_call_is_left_outside_the_runner():
         lambda s, tree: s.checkout(tree, ["a.txt"]),
         lambda s, tree: s.diff_stat(tree, snapshots.EMPTY_TREE),
         lambda s, tree: trees.compose(s, tree, {"a.txt": snapshots.EMPTY_TREE}),
+        lambda s, tree: list(s.stream(["diff-tree", "-p", snapshots.EMPTY_TREE, tree])),
     ],
-    ids=["track", "read_blob", "checkout", "diff_stat", "compose"],
+    ids=["track", "read_blob", "checkout", "diff_stat", "compose", "stream"],
 )
 def test_a_hanging_git_is_killed_and_raises_snapshot_error(
     snap, tmp_path, monkeypatch, settings, operation
@@ -177,3 +183,22 @@ def test_names_git_refuses_still_stay_out_through_the_runner(snap):
     (wt / "GIT~1" / "config").write_text("refused by git")
     tree = snap.track()
     assert snap.git("ls-tree", "-r", "--name-only", tree).split() == ["ok.txt"]
+
+
+def test_a_streamed_git_hands_on_its_output_and_is_killed_when_closed(snap, monkeypatch):
+    (snap.worktree / "a.bin").write_bytes(os.urandom(1 << 20))
+    tree = snap.track()
+    args = ["diff-tree", "-r", "-p", "--binary", snapshots.EMPTY_TREE, tree]
+    whole = snap.check(args)
+    assert b"".join(snap.stream(args)) == whole
+    started: list[subprocess.Popen] = []
+    module = SimpleNamespace(**{n: getattr(subprocess, n) for n in dir(subprocess)})
+    module.Popen = lambda *a, **k: started.append(subprocess.Popen(*a, **k)) or started[-1]
+    monkeypatch.setattr(snapshots, "subprocess", module)
+    chunks = snap.stream(args)
+    first = next(chunks)
+    assert whole.startswith(first) and len(first) < len(whole)
+    chunks.close()
+    assert started[0].returncode == -signal.SIGKILL, "git, still writing, is killed"
+    with pytest.raises(snapshots.MissingObjectError):
+        list(snap.stream(["cat-file", "-p", "1" * 40]))

@@ -48,13 +48,15 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import selectors
 import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, overload
 
 from django.conf import settings
 
@@ -160,6 +162,7 @@ class Snapshots:
             env["GIT_INDEX_FILE"] = index
         return env
 
+    @overload
     def _run(
         self,
         args: Sequence[str],
@@ -167,13 +170,30 @@ class Snapshots:
         input: bytes | None = None,
         index: str | None = None,
         timeout: float | None = None,
-    ) -> GitResult:
+        stream: Literal[False] = False,
+    ) -> GitResult: ...
+
+    @overload
+    def _run(
+        self, args: Sequence[str], *, timeout: float | None = None, stream: Literal[True]
+    ) -> Iterator[bytes]: ...
+
+    def _run(
+        self,
+        args: Sequence[str],
+        *,
+        input: bytes | None = None,
+        index: str | None = None,
+        timeout: float | None = None,
+        stream: bool = False,
+    ) -> GitResult | Iterator[bytes]:
         """The one place a git process starts. A non-zero exit is returned for the caller to
         judge (``_add_all`` and ``read_blob`` expect some); a git that cannot start, or that
         has not answered after ``timeout`` (default ``SNAPSHOT_GIT_TIMEOUT_SECONDS``), is a
         ``SnapshotError``: the engine catches that one, so a broken or hung git costs a
         snapshot, never the run's worker. Anything else (a Celery time limit, ^C) goes on up
-        after the process is killed."""
+        after the process is killed. With ``stream`` (``stream()``), git's stdout is not
+        collected: an iterator (``output``) hands it on as git writes it."""
         limit = settings.SNAPSHOT_GIT_TIMEOUT_SECONDS if timeout is None else timeout
         # git on the server's PATH (git's own is empty): looked up once for each PATH.
         git = _GITS.get(path := os.environ.get("PATH", os.defpath)) or shutil.which(
@@ -198,6 +218,46 @@ class Snapshots:
             )
         except OSError as exc:  # no git, no worktree, an argument list over the kernel's limit
             raise SnapshotError(f"git {args[0]}: {exc}") from exc
+        if stream:
+
+            def output() -> Iterator[bytes]:
+                # ``stream``: git's stdout in chunks of at most 64 KiB as git writes them (its
+                # stderr read alongside, so neither pipe fills). Git silent for ``limit`` seconds
+                # is killed, as is one whose iterator is closed; a non-zero exit, after the
+                # output, is the error ``check`` raises.
+                err = b""
+                with proc, selectors.DefaultSelector() as pipes:
+                    try:
+                        yield b""  # the one ``_run`` takes: the process is the iterator's from here
+                        pipes.register(proc.stdout, selectors.EVENT_READ)
+                        pipes.register(proc.stderr, selectors.EVENT_READ)
+                        while pipes.get_map():
+                            if not (ready := pipes.select(limit)):
+                                raise SnapshotError(f"git {args[0]}: no answer after {limit:g}s")
+                            for key, _ in ready:
+                                if not (data := os.read(key.fd, 1 << 16)):
+                                    pipes.unregister(key.fileobj)
+                                elif key.fileobj is proc.stdout:
+                                    yield data
+                                else:
+                                    err = (err + data)[:65536]
+                        code = proc.wait(limit)
+                    except BaseException as exc:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(proc.pid, signal.SIGKILL)
+                        if isinstance(exc, subprocess.TimeoutExpired):
+                            raise SnapshotError(
+                                f"git {args[0]}: no answer after {limit:g}s"
+                            ) from None
+                        raise
+                message = err.decode(errors="replace").strip()
+                if code != 0:
+                    error = MissingObjectError if MISSING.search(message) else SnapshotError
+                    raise error(f"git {args[0]}: {message or f'exit code {code}'}")
+
+            chunks = output()
+            next(chunks)  # started: from here, closing or dropping the iterator kills git
+            return chunks
         with proc:  # on the way out: the pipes closed, the process reaped
             try:
                 out, err = proc.communicate(input, timeout=limit)
@@ -239,6 +299,13 @@ class Snapshots:
     def git(self, *args: str, input: bytes | None = None, index: str | None = None) -> str:
         """``check``, its output as text (paths decoded with ``surrogateescape``)."""
         return self.check(args, input=input, index=index).decode("utf-8", "surrogateescape")
+
+    def stream(self, args: Sequence[str], *, timeout: float | None = None) -> Iterator[bytes]:
+        """``check`` for an output too large to hold (a download): git's stdout in chunks as
+        git writes them. ``timeout`` (default ``SNAPSHOT_GIT_TIMEOUT_SECONDS``) is how long
+        git may write nothing, not its whole run: a slow reader holds git back. Closing the
+        iterator early (or dropping it) kills git."""
+        return self._run(args, timeout=timeout, stream=True)
 
     def ensure(self) -> None:
         """Make the git dir if it is missing (``git_dirs.make_git_dir``: written directly,
