@@ -20,8 +20,9 @@ SNAPSHOT_EXCLUDE = [
     if p.strip()
 ]
 # Downloads (archives, patches): an archive reads blobs in batches of at most this many
-# bytes, each batch sent before the next is read; a patch past the second bound is refused
-# (an archive holds the same files).
+# bytes, each batch sent before the next is read; a patch whose changed files pass the second
+# bound is refused before git writes it (an archive holds the same files), and the stream of
+# one git writes past it all the same is cut there.
 DOWNLOAD_BATCH_BYTES = int(os.environ.get("DOWNLOAD_BATCH_BYTES", str(8 * 1024 * 1024)))
 DOWNLOAD_PATCH_MAX_BYTES = int(os.environ.get("DOWNLOAD_PATCH_MAX_BYTES", str(64 * 1024 * 1024)))
 # Repositories (workspace/repos.py, docs/repositories.md). A clone or an upload past

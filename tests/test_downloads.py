@@ -6,6 +6,7 @@ against the files the session really had at those points."""
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import tarfile
 import time
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from sessions_app.models import Message, Session
+from sessions_app.services import downloads
+from workspace import snapshots
 
 from .conftest import run_turn
 
@@ -108,7 +111,7 @@ def test_a_diff_applies_onto_the_files_it_starts_from(api, sid, tmp_path):
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     _git(fresh, "init", "-q")
-    _git(fresh, "apply", "--index", "-", input=whole.content)
+    _git(fresh, "apply", "--index", "-", input=_body(whole))
     assert _files(fresh) == after_2, "from the session's start (empty) to the head"
 
     part = api.get(f"/api/sessions/{sid}/patch/?from={first_end}")
@@ -116,7 +119,7 @@ def test_a_diff_applies_onto_the_files_it_starts_from(api, sid, tmp_path):
     base.mkdir()
     _git(base, "init", "-q")
     _materialise(base, after_1)
-    _git(base, "apply", "-", input=part.content)
+    _git(base, "apply", "-", input=_body(part))
     assert _files(base) == after_2, "from the end of turn 1 to the head"
 
 
@@ -128,14 +131,15 @@ def test_a_mailbox_holds_one_commit_per_turn_that_git_am_applies(api, sid, tmp_p
     repo.mkdir()
     _git(repo, "init", "-q")
     _git(repo, "commit", "-q", "--allow-empty", "-m", "start")
-    _git(repo, "am", "-q", input=response.content)
+    mbox = _body(response)
+    _git(repo, "am", "-q", input=mbox)
     assert _files(repo) == after_2
     subjects = _git(repo, "log", "--format=%s", "-n", "2").splitlines()
     assert subjects == ["Second turn: tidy up", "write a.txt one"]
     assert _git(repo, "log", "--format=%an", "-n", "1").strip() == "alice"
     time.sleep(1.1)  # a clock in the commits would show now
-    again = api.get(f"/api/sessions/{sid}/patch/?format=mbox").content
-    assert again == response.content, "the same commits: no new objects at each download"
+    again = _body(api.get(f"/api/sessions/{sid}/patch/?format=mbox"))
+    assert again == mbox, "the same commits: no new objects at each download"
 
 
 def test_files_the_snapshots_do_not_keep_are_listed(api, sid, settings):
@@ -148,7 +152,8 @@ def test_files_the_snapshots_do_not_keep_are_listed(api, sid, settings):
         assert archive.namelist() == ["small.txt"]
         assert b"big.txt (large)" in archive.comment
     patch = api.get(f"/api/sessions/{sid}/patch/")
-    assert patch.content.startswith(b"# 1 files not kept") and b"big.txt (large)" in patch.content
+    text = _body(patch)
+    assert text.startswith(b"# 1 files not kept") and b"big.txt (large)" in text
 
 
 def test_downloads_refuse_bad_input_with_a_sentence(api, sid):
@@ -188,3 +193,98 @@ def test_one_file_downloads_as_it_is(api, sid, outsider_api):
     assert b"".join(got.streaming_content) == b"<b>not html</b>"
     assert api.get(f"/api/sessions/{sid}/files/dir/b.txt?download=maybe").status_code == 400
     assert outsider_api.get(f"/api/sessions/{sid}/files/dir/b.txt?download=1").status_code == 404
+
+
+# -- a patch's size (issue 42: every bound holds before the resource is spent) ------------------
+def _with_files(api, sid: str, files: dict[str, bytes]) -> None:  # noqa: ANN001
+    """A turn, then ``files`` put in the worktree, then a turn that snapshots them: the
+    patch from the session's start holds them."""
+    run_turn(api, sid, "write a.txt one")
+    worktree = Session.objects.get(id=sid).worktree
+    for name, body in files.items():
+        (worktree / name).write_bytes(body)
+    run_turn(api, sid, "write b.txt two")
+
+
+def _git_runs(monkeypatch) -> list[list[str]]:  # noqa: ANN001
+    """The arguments of every git the snapshots start from now on."""
+    runs: list[list[str]] = []
+    run = snapshots.Snapshots._run
+
+    def recording(self, args, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        runs.append(list(args))
+        return run(self, args, **kwargs)
+
+    monkeypatch.setattr(snapshots.Snapshots, "_run", recording)
+    return runs
+
+
+@pytest.mark.parametrize("fmt", ["diff", "mbox"])
+def test_a_patch_past_the_limit_is_refused_before_git_writes_it(
+    api, sid, settings, monkeypatch, fmt
+):
+    _with_files(api, sid, {"big.bin": os.urandom(8000)})
+    settings.DOWNLOAD_PATCH_MAX_BYTES = 4000
+    runs = _git_runs(monkeypatch)
+    response = api.get(f"/api/sessions/{sid}/patch/?format={fmt}")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "ValidationError" and "download an archive" in error["message"]
+    assert runs, "the sizes were read from git"
+    written = [a for a in runs if a[0] == "format-patch" or (a[0] == "diff-tree" and "-p" in a)]
+    assert written == [], "no git wrote the patch (the server held all of it, then refused)"
+
+
+def test_a_large_mailbox_is_refused_without_waiting_for_git(api, sid, settings, monkeypatch):
+    # The mailbox of 180 MB took git's whole timeout to write, then answered 500. Here a
+    # ``format-patch`` takes that timeout whatever it writes: a large mailbox never starts one.
+    _with_files(api, sid, {"big.bin": os.urandom(8000)})
+    settings.DOWNLOAD_PATCH_MAX_BYTES = 4000
+    settings.SNAPSHOT_GIT_TIMEOUT_SECONDS = 3
+    run = snapshots.Snapshots._run
+
+    def slow_format_patch(self, args, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        if args[0] == "format-patch":
+            time.sleep(settings.SNAPSHOT_GIT_TIMEOUT_SECONDS)
+            raise snapshots.SnapshotError("git format-patch: no answer after 3s")
+        return run(self, args, **kwargs)
+
+    monkeypatch.setattr(snapshots.Snapshots, "_run", slow_format_patch)
+    started = time.monotonic()
+    response = api.get(f"/api/sessions/{sid}/patch/?format=mbox")
+    assert response.status_code == 400 and "archive" in response.json()["error"]["message"]
+    assert time.monotonic() - started < 3
+
+
+def test_a_patch_streams_byte_for_byte_what_git_writes(api, sid):
+    _with_files(api, sid, {"data.bin": os.urandom(300_000), "c.txt": b"three\n" * 1000})
+    response = api.get(f"/api/sessions/{sid}/patch/")
+    assert response.status_code == 200 and response.streaming
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        chunks = [chunk for chunk in response if chunk]
+    assert len(chunks) > 2, "sent as git writes it, not whole"
+    session = Session.objects.get(id=sid)
+    head = downloads.point(session, None).tree
+    args = ["diff-tree", "-r", "-p", "--binary", "--full-index", "--no-renames", "--no-color"]
+    whole = snapshots.for_session(session).check([*args, snapshots.EMPTY_TREE, head])
+    assert b"".join(chunks) == whole, "what the download gave before it streamed"
+
+
+def test_a_patch_git_writes_past_the_limit_anyway_is_cut_with_a_line_saying_so(
+    api, sid, settings, tmp_path
+):
+    # Empty lines: each takes two bytes in the diff ("+\n"), more than the estimate counts.
+    _with_files(api, sid, {"lines.txt": b"\n" * 3000})
+    settings.DOWNLOAD_PATCH_MAX_BYTES = 5000
+    response = api.get(f"/api/sessions/{sid}/patch/")
+    assert response.status_code == 200
+    body = _body(response)
+    note = b"\n# The patch was cut at 5,000 bytes (DOWNLOAD_PATCH_MAX_BYTES): it is incomplete"
+    assert body.endswith(b"download an archive instead.\n") and note in body
+    assert len(body) - len(body[body.index(note) :]) == 5000
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    _git(fresh, "init", "-q")
+    with pytest.raises(subprocess.CalledProcessError):
+        _git(fresh, "apply", "--check", "-", input=body)

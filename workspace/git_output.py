@@ -1,6 +1,7 @@
-"""Reading what git prints: the records of ``ls-tree``, ``diff-tree --raw --numstat``,
-``cat-file --batch`` and ``--batch-check``, ``rev-list --objects``, ``blame --incremental``,
-``merge-tree --write-tree`` and ``ls-files --stage``, and the body of a tree object.
+"""Reading what git prints: the records of ``ls-tree``, ``diff-tree --raw --numstat`` (and
+``--raw --stdin``), ``cat-file --batch`` and ``--batch-check``, ``rev-list --objects``,
+``blame --incremental``, ``merge-tree --write-tree`` and ``ls-files --stage``, and the body of
+a tree object.
 
 Pure functions of git's output, no git run here: ``Snapshots`` (``snapshots.py``) runs the
 commands, always with ``-z`` where git offers it, so a path is taken as git wrote it (any byte
@@ -83,6 +84,25 @@ def diff_stat(out: str) -> list[dict]:
         )
         i += 1
     return sorted(result, key=lambda r: r["file"])
+
+
+def raw_changes(out: str) -> list[tuple[str, str, str]]:
+    """``(path, id before, id after)`` of each record of ``diff-tree -r -z --no-renames
+    --stdin`` (an absent side: the zero id). A path is always the field after its record's
+    own, so a name that looks like a record is never read as one; the line naming a pair's
+    two trees, which ``--stdin`` writes before the pair's records, is skipped."""
+    fields = out.split("\0")
+    found = []
+    i = 0
+    while i < len(fields) - 1:
+        record = fields[i].rpartition("\n")[2]  # after the trees' line, if there is one
+        if record.startswith(":"):
+            _, _, before, after, _ = record.split(" ")
+            found.append((fields[i + 1], before, after))
+            i += 2
+        else:
+            i += 1
+    return found
 
 
 def batch_objects(data: bytes, count: int) -> list[tuple[bytes, bytes] | None]:

@@ -347,13 +347,13 @@ class SessionDownloadViewSet(SessionScopedViewSet):
             (200, "application/mbox"): OpenApiTypes.STR,
         },
     )
-    def patch(self, request: Request, session_id: str) -> HttpResponse:
+    def patch(self, request: Request, session_id: str) -> StreamingHttpResponse:
         """The change from ``from`` (default: the session's start) to ``to`` (default: the
         head) on one branch: a unified diff (``git apply``) or one commit per user turn
-        (``git am``)."""
+        (``git am``), streamed as git writes it; one too large is refused before."""
         session = self.get_object()
         query = self.query(PatchQueryIn)
-        text, not_kept = downloads.patch(
+        chunks, not_kept = downloads.patch(
             session,
             from_id=query["from"] or None,
             to_id=query["to"] or None,
@@ -361,6 +361,6 @@ class SessionDownloadViewSet(SessionScopedViewSet):
             author=request.user.get_username(),
         )
         kind = "text/x-diff" if query["format"] == "diff" else "application/mbox"
-        response = HttpResponse(text.encode("utf-8", "surrogateescape"), content_type=kind)
+        response = StreamingHttpResponse(_chunks(chunks), content_type=kind)
         name = downloads.download_name(session, "diff" if query["format"] == "diff" else "mbox")
         return _attachment(response, name, not_kept)

@@ -6,23 +6,27 @@ point, never the live worktree (a run may be writing it).
 Everything is read through the snapshot store's own git (``snapshots.Snapshots``: no
 config, hooks or attributes of the worktree apply). An archive streams: blobs are read in
 batches of at most ``DOWNLOAD_BATCH_BYTES`` and each batch leaves before the next is read,
-so a 500 MB worktree never sits in a process's memory. Files the snapshots do not keep
-(larger than ``SNAPSHOT_MAX_FILE_BYTES``, ignored, unnamable) are listed — in the zip's
-comment, the tar's PAX header, the patch's preamble and a response header — never dropped
-in silence.
+so a 500 MB worktree never sits in a process's memory. A patch is measured before git writes
+it (``patch_bytes``: the sizes of the files it changes) and refused past
+``DOWNLOAD_PATCH_MAX_BYTES``; under that, git's output streams, cut at that bound should it
+pass it all the same. Files the snapshots do not keep (larger than
+``SNAPSHOT_MAX_FILE_BYTES``, ignored, unnamable) are listed — in the zip's comment, the tar's
+PAX header, the patch's preamble and a response header — never dropped in silence.
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import re
 import stat
 import tarfile
 import time
 import unicodedata
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from django.conf import settings
 
@@ -33,11 +37,19 @@ from ..models import Message, Session
 from ..selectors import active_path, files_at, fork_point
 from .changes import path_start
 
+log = logging.getLogger(__name__)
+
 ARCHIVE_FORMATS = ("zip", "tar.gz")
 PATCH_FORMATS = ("diff", "mbox")
 NOT_KEPT_LISTED = 200  # names a download lists of the files not kept (the count is whole)
 SUBJECT_MAX = 72
 BODY_MAX = 20_000
+# What a patch writes for each file besides its contents (``diff --git``, ``index``, ``---``,
+# ``+++`` and ``@@`` lines: the path four times), and for each commit of a mailbox besides its
+# prompt (``From``, ``Date``, ``Subject`` lines; the prompt's letters MIME-encoded, up to 3
+# bytes each).
+FILE_HEADER_BYTES = 256
+COMMIT_HEADER_BYTES = 512
 
 
 @dataclass
@@ -197,14 +209,16 @@ def _mode(git_mode: int) -> int:
     return stat.S_IFREG | (0o755 if git_mode & 0o111 else 0o644)
 
 
-# -- patches ----------------------------------------------------------------------------------
+# -- patches ---------------------------------------------------------------------------------
 def patch(
     session: Session, *, from_id: str | None, to_id: str | None, fmt: str, author: str
-) -> tuple[str, int]:
+) -> tuple[Iterator[bytes], int]:
     """The change from ``from_id`` (default: the files before the session's first step) to
     ``to_id`` (default: the head) — both on one branch, ``from`` first — as a unified diff
-    (``git apply``) or a mailbox of one commit per user turn (``git am``); with the number of
-    files not kept at ``to`` (listed in the text's preamble)."""
+    (``git apply``) or a mailbox of one commit per user turn (``git am``), in chunks as git
+    writes it; with the number of files not kept at ``to`` (listed in the text's preamble).
+    A patch whose files are past ``DOWNLOAD_PATCH_MAX_BYTES`` (``patch_bytes``) is refused
+    before git writes any of it."""
     if fmt not in PATCH_FORMATS:
         raise InvalidInput(f"format must be one of {', '.join(PATCH_FORMATS)}.")
     to = point(session, to_id)
@@ -219,19 +233,64 @@ def patch(
     else:
         base = path_start(to.path) or snapshots.EMPTY_TREE
     snap = snapshots.for_session(session)
-    note = not_kept_note(to.not_kept)
     if fmt == "diff":
-        text = tree_reads.full_diff(snap, base, to.tree)
+        _within_limit(patch_bytes(snap, [(base, to.tree)]))
+        chunks = tree_reads.full_diff(snap, base, to.tree)
     else:
-        text = _mailbox(snap, base, to.path, start, author, to.when)
-    if len(text) > settings.DOWNLOAD_PATCH_MAX_BYTES:
-        raise InvalidInput(
-            f"The patch is larger than {settings.DOWNLOAD_PATCH_MAX_BYTES:,} bytes: download "
-            "an archive instead."
-        )
+        chunks = _mailbox(snap, base, to.path, start, author, to.when)
     # Text before the first "diff --git" or "From " line: git apply and git am skip it.
+    note = not_kept_note(to.not_kept)
     preamble = "".join(f"# {line}\n" for line in note.splitlines())
-    return preamble + text, len(to.not_kept)
+    first = next(chunks, b"")  # git failing at once is an error answer, not a 200
+    return _capped(preamble.encode("utf-8", "surrogateescape"), first, chunks), len(to.not_kept)
+
+
+def patch_bytes(snap: snapshots.Snapshots, pairs: Sequence[tuple[str, str]]) -> int:
+    """What the diffs from the first to the second tree of each of ``pairs`` may take, read
+    from the sizes of the files they change (``tree_reads.changed_sizes``: no diff written):
+    each file's sizes before and after, a third more (git writes a binary file in base 85,
+    5 letters for 4 bytes, in lines of 52 bytes: 1.29 times its size, at most), and its
+    header. Text with very short lines can take more (each line's ``+``): the stream's cut
+    is for that."""
+    changed = tree_reads.changed_sizes(snap, pairs)
+    return sum(size * 4 // 3 + FILE_HEADER_BYTES + 4 * len(path) for path, size in changed)
+
+
+def _within_limit(estimate: int) -> None:
+    if estimate > settings.DOWNLOAD_PATCH_MAX_BYTES:
+        raise InvalidInput(
+            f"The patch would be larger than {settings.DOWNLOAD_PATCH_MAX_BYTES:,} bytes "
+            f"(about {estimate:,}): download an archive instead."
+        )
+
+
+def _capped(preamble: bytes, first: bytes, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """``preamble``, then git's ``first`` chunk and the rest of ``chunks``, at most
+    ``DOWNLOAD_PATCH_MAX_BYTES`` of them: past it git is killed. The answer's headers are
+    sent by then, so a patch cut there, or by git failing after its first chunk, ends in a
+    line that says so."""
+    limit = settings.DOWNLOAD_PATCH_MAX_BYTES
+    sent = 0
+    chunk = first
+    try:
+        yield preamble
+        while chunk:
+            if sent + len(chunk) > limit:
+                yield chunk[: limit - sent]
+                yield (
+                    f"\n# The patch was cut at {limit:,} bytes (DOWNLOAD_PATCH_MAX_BYTES): it is "
+                    "incomplete; download an archive instead.\n"
+                ).encode()
+                return
+            sent += len(chunk)
+            yield chunk
+            chunk = next(chunks, b"")
+    except snapshots.SnapshotError:
+        log.exception("a patch download failed after %d bytes", sent)
+        yield b"\n# The patch could not be finished: it is incomplete; download an archive.\n"
+    finally:
+        if isinstance(chunks, Generator):
+            chunks.close()  # kills git if it is still writing
 
 
 def _mailbox(
@@ -241,15 +300,20 @@ def _mailbox(
     start: int,
     author: str,
     when: float,
-) -> str:
+) -> Iterator[bytes]:
     """One commit per user turn after ``start`` that changed the files, each turn's prompt
-    its message, chained from a commit of ``base``; ``git format-patch`` writes them out.
-    Every commit's time is the session's (``when``: the point's), so the same download
-    writes the same objects again, not new ones each time."""
+    its message, chained from a commit of ``base``; ``git format-patch`` writes them out,
+    once their diffs and prompts are known to fit ``DOWNLOAD_PATCH_MAX_BYTES``. Every
+    commit's time is the session's (``when``: the point's), so the same download writes the
+    same objects again, not new ones each time."""
+    turns = _changing_turns(path, start, base)
+    trees = [base, *(after for _, after, _ in turns)]
+    text = sum(COMMIT_HEADER_BYTES + 3 * min(len(p), SUBJECT_MAX + BODY_MAX) for p, _, _ in turns)
+    _within_limit(patch_bytes(snap, list(pairwise(trees))) + text)
+    if not turns:
+        return iter(())
     first = _commit(snap, base, None, "Files before these changes", _ident(author), when)
     tip = chain(snap, first, base, path, start, author)
-    if tip == first:
-        return ""
     return tree_reads.format_patch(snap, first, tip)
 
 
@@ -261,13 +325,21 @@ def chain(
     commit's. The last one's id (``parent`` when no turn changed anything). Also what a push
     sends (``services.repo_push.push``)."""
     ident = _ident(author)
+    for prompt, after, when in _changing_turns(path, start, tree):
+        parent = _commit(snap, after, parent, prompt, ident, when)
+    return parent
+
+
+def _changing_turns(path: list[Message], start: int, tree: str) -> list[tuple[str, str, float]]:
+    """(prompt, files after, time) of each user turn of ``path[start:]`` that changed the
+    files (``tree`` before the first)."""
+    changing = []
     for prompt, end, when in _turns(path, start):
         after = files_at(path, end) or snapshots.EMPTY_TREE
-        if after == tree:
-            continue
-        parent = _commit(snap, after, parent, prompt, ident, when)
-        tree = after
-    return parent
+        if after != tree:
+            changing.append((prompt, after, when))
+            tree = after
+    return changing
 
 
 def _turns(path: list[Message], start: int) -> list[tuple[str, int, float]]:
