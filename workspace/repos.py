@@ -239,6 +239,8 @@ class Watch:
     on_progress: Callable[[str, int, int], None] | None = None
     cancelled: Callable[[], bool] | None = None
     every: float = 0.25
+    # git's stdout handed on as it comes instead of kept (a ``RepoError`` it raises stops git)
+    on_stdout: Callable[[bytes], None] | None = None
 
 
 def _environment(
@@ -389,8 +391,14 @@ class _GitOutput:
     def _read_out(self) -> None:
         stdout = self.proc.stdout
         assert stdout is not None
-        for chunk in iter(lambda: stdout.read(65536), b""):
-            if sum(map(len, self.out)) < 1 << 20:
+        for chunk in iter(lambda: stdout.read1(65536), b""):
+            if self.watch.on_stdout is not None:
+                if not self.failure:
+                    try:
+                        self.watch.on_stdout(chunk)
+                    except RepoError as exc:
+                        self.failure.append(exc)
+            elif sum(map(len, self.out)) < 1 << 20:
                 self.out.append(chunk)
 
     def _read_err(self) -> None:

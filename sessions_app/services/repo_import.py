@@ -19,6 +19,7 @@ The request itself is checked first (``repo_checks.check_repository``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -36,7 +37,7 @@ from core import ids
 from core.errors import ConflictError, InvalidInput, NotFoundError
 from quotas_app.limits import effective
 from realtime import events
-from workspace import repos, seeding, snapshots, unpack
+from workspace import repo_tree, repos, seeding, snapshots, unpack
 from workspace.unpack_checks import ArchiveRefused
 
 from ..models import HistoryEvent, Message, Part, Session
@@ -117,11 +118,13 @@ def prepare(session_id: str, job: str) -> None:
             cancelled=lambda: not _held(session_id, job),
         )
         tree_dir = staging / "tree"
-        commit = _fetch(remote, secret, source, tree_dir, watch)
-        count, size = _measure(tree_dir, watch)
+        commit, tree = _fetch(remote, secret, source, tree_dir, watch)
         source["commit"] = commit
         ref = f" ({source['ref']})" if source["ref"] else ""
-        text = f"Cloned {remote.url}{ref} at {commit[:12]}: {count:,} files, {size:,} bytes."
+        text = (
+            f"Cloned {remote.url}{ref} at {commit[:12]}: {tree.files:,} files, "
+            f"{tree.bytes:,} bytes."
+        )
         _finish(session_id, job, tree_dir, source, text, seed=True)
     except repos.RepoCancelled:
         failure = None
@@ -161,79 +164,73 @@ def _fetch(
     source: dict,
     tree: Path,
     watch: repos.Watch,  # noqa: ANN001
-) -> str:
-    """Clone ``remote`` into ``tree``: the commit checked out."""
+) -> tuple[str, repo_tree.TreeCount]:
+    """Clone ``remote`` into ``tree``: the commit checked out, and what its tree holds. The
+    objects come first, without a checkout; the commit's tree is measured against the limits
+    (``repo_tree``), and only then are its files written."""
     ref, depth = source.get("ref") or "", int(source.get("depth") or 0)
     shallow = [f"--depth={depth}"] if depth else []
 
-    def git(*args: str, cwd: Path) -> repos.Result:
+    def git(*args: str, cwd: Path, on_watch: repos.Watch = watch) -> repos.Result:
         result = repos.run(
-            args, remote=remote, secret=secret, watch=watch, cwd=cwd,
+            args, remote=remote, secret=secret, watch=on_watch, cwd=cwd,
             host_key=source.get("host_key", ""),
         )  # fmt: skip
         if result.host_key:
             source["host_key"] = result.host_key  # pinned for the push
         return result
 
+    target, checkout = _objects(git, remote.pinned_url, ref, shallow, tree)
+    head = git("rev-parse", "--verify", f"{target}^{{commit}}", cwd=tree)
+    _ok(head, "The clone")
+    commit = head.stdout.strip()
+    count = repo_tree.TreeCount(
+        max_bytes=watch.max_bytes,
+        max_files=watch.max_files,
+        max_entries=settings.WORKTREE_MAX_ENTRIES,
+    )
+    listing = dataclasses.replace(watch, on_stdout=count.feed, on_progress=None)
+    _ok(git("ls-tree", "-r", "-t", "-l", "-z", commit, cwd=tree, on_watch=listing), "The clone")
+    attributes = repo_tree.neutral_attributes(tree / ".git")
+    _ok(git("checkout", "--progress", "-q", *checkout, cwd=tree), "The clone")
+    attributes.unlink()
+    # The worktree's repository names its origin as the user gave it (not the pinned address).
+    _ok(git("remote", "set-url", "origin", remote.url, cwd=tree), "The clone")
+    branch = git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=tree)
+    source["branch"] = branch.stdout.strip()[:200] if branch.code == 0 else ""
+    return commit, count
+
+
+def _objects(
+    git: Callable[..., repos.Result], url: str, ref: str, shallow: list[str], tree: Path
+) -> tuple[str, tuple[str, ...]]:
+    """The objects of ``ref`` (a commit id, a branch or a tag; '' the default branch) fetched
+    into the new repository ``tree``, nothing checked out: what names the commit, and the
+    arguments of its checkout."""
     if COMMIT.fullmatch(ref):
         tree.mkdir()
-        for args in (
-            ("init", "-q", "--template=", "."),
-            ("remote", "add", "origin", remote.pinned_url),
-        ):
+        for args in (("init", "-q", "--template=", "."), ("remote", "add", "origin", url)):
             _ok(git(*args, cwd=tree), "The clone")
         _ok(
             git("fetch", "--progress", "--no-tags", *shallow, "origin", ref, cwd=tree),
             "The clone",
         )
-        _ok(git("checkout", "--progress", "-q", "--detach", "FETCH_HEAD", cwd=tree), "The clone")
-    else:
-        branch = ["--branch", ref] if ref else []
-        _ok(
-            git(
-                "clone", "--progress", "--template=", "--no-tags", "--single-branch",
-                "--no-recurse-submodules", *shallow, *branch, "--", remote.pinned_url, "tree",
-                cwd=tree.parent,
-            ),
-            "The clone",
-        )  # fmt: skip
-    # The worktree's repository names its origin as the user gave it (not the pinned address).
-    _ok(git("remote", "set-url", "origin", remote.url, cwd=tree), "The clone")
-    head = git("rev-parse", "--verify", "HEAD^{commit}", cwd=tree)
-    _ok(head, "The clone")
-    branch = git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=tree)
-    source["branch"] = branch.stdout.strip()[:200] if branch.code == 0 else ""
-    return head.stdout.strip()
+        return "FETCH_HEAD", ("--detach", "FETCH_HEAD")
+    branch = ["--branch", ref] if ref else []
+    _ok(
+        git(
+            "clone", "--progress", "--template=", "--no-tags", "--single-branch",
+            "--no-recurse-submodules", "--no-checkout", *shallow, *branch, "--", url, "tree",
+            cwd=tree.parent,
+        ),
+        "The clone",
+    )  # fmt: skip
+    return "HEAD", ()
 
 
 def _ok(result: repos.Result, what: str) -> None:
     if result.code != 0:
         raise repos.RepoError(repos.failure_sentence(result, what))
-
-
-def _measure(tree: Path, watch: repos.Watch | None) -> tuple[int, int]:
-    """Files and bytes under ``tree`` outside its ``.git`` (links not followed); past
-    ``REPO_MAX_FILES`` or the byte limit, ``RepoLimitError``."""
-    count = size = 0
-    max_bytes = watch.max_bytes if watch else settings.REPO_MAX_BYTES
-    for root, dirs, files in os.walk(tree):
-        if root == str(tree):
-            dirs[:] = [d for d in dirs if d != ".git"]
-        for name in files:
-            count += 1
-            try:
-                size += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                continue
-        if settings.REPO_MAX_FILES and count > settings.REPO_MAX_FILES:
-            raise repos.RepoLimitError(
-                f"The repository has more than {settings.REPO_MAX_FILES:,} files (REPO_MAX_FILES)."
-            )
-        if max_bytes and size > max_bytes:
-            raise repos.RepoLimitError(
-                f"The repository is larger than {max_bytes:,} bytes (REPO_MAX_BYTES)."
-            )
-    return count, size
 
 
 def _finish(
@@ -359,6 +356,15 @@ def fill_from_upload(*, session: Session, name: str, fileobj=None, files=None) -
     except ArchiveRefused as exc:
         _drop(session)
         raise InvalidInput(str(exc)) from None
+    except snapshots.SnapshotError as exc:
+        # Its files could not be recorded (git past SNAPSHOT_GIT_TIMEOUT_SECONDS on a tree of
+        # many files): refused with a sentence, like a refused archive, nothing kept.
+        _drop(session)
+        log.warning("session %s: the upload could not be recorded: %s", session.id, exc)
+        raise InvalidInput(
+            "The upload's files could not be recorded in time: upload fewer files, or clone "
+            "the repository instead."
+        ) from None
     except BaseException:
         _drop(session)
         raise
