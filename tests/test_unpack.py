@@ -401,9 +401,18 @@ def test_writes_use_no_follow_even_if_the_bookkeeping_missed_a_link(dest, outsid
 # -- hard links ----------------------------------------------------------------------------------
 def test_hard_link_to_an_earlier_file(dest):
     data = make_tar([t_file("./a.txt", b"data"), t_hard("sub/b.txt", "a.txt")])
-    assert run(data, dest) == Unpacked(files=2, bytes=4)
+    assert run(data, dest) == Unpacked(files=2, bytes=8)  # each name a file of 4 bytes
     assert os.stat(dest / "a.txt").st_ino == os.stat(dest / "sub/b.txt").st_ino
     assert (dest / "sub/b.txt").read_text() == "data"
+
+
+def test_hard_links_count_their_files_bytes_before_they_are_made(dest):
+    """Issue 42, finding 2: one 9 KiB file and 300 hard links to it were 9 KiB to the limit
+    and 2.7 MiB to every later reader of the worktree (its size limit, each snapshot)."""
+    links = [t_hard(f"copy-{i}.bin", "big.bin") for i in range(300)]
+    data = make_tar([t_file("big.bin", b"z" * 9 * 1024), *links])
+    assert "more than 102,400 bytes" in refused(data, dest, max_bytes=100 * 1024)
+    assert run(data, dest, max_bytes=301 * 9 * 1024).bytes == 301 * 9 * 1024
 
 
 @pytest.mark.parametrize(

@@ -20,8 +20,9 @@ member names, link targets, member types, the sizes headers claim, compression r
 * **Modes.** Files 0o755 when the archive gives them any executable bit, else 0o644;
   directories 0o755; never setuid, setgid or sticky. Owners and times are not kept.
 * **Limits.** ``max_bytes`` of file content, counted as it is written (the sizes in headers
-  refuse early, but are never trusted alone); ``max_files`` files and links, and as many
-  directories; a zip member over ``ZIP_RATIO_FLOOR`` expanded at more than
+  refuse early, but are never trusted alone), a hard link counted as its file's bytes again
+  (each name is a file of that size to every later reader); ``max_files`` files and links,
+  and as many directories; a zip member over ``ZIP_RATIO_FLOOR`` expanded at more than
   ``ZIP_RATIO_MAX``:1; ``deadline`` (a ``time.monotonic()`` value), checked between members
   and at every MiB read. 0 for ``max_bytes`` or ``max_files``: no such limit.
 * **Streaming.** A tar (or tar.gz) is read front to back a MiB at a time, each header (long

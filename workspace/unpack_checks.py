@@ -63,6 +63,7 @@ class Checks:
         self.started = _now()
         self.kinds: dict[tuple[str, ...], str] = {}
         self.links: dict[str, str] = {}  # "a/b/link": its target
+        self.sizes: dict[tuple[str, ...], int] = {}  # each file's bytes, for its hard links
         self.files = self.dirs = self.bytes = 0
         # Room for a relative path: the worktree's own path counts against PATH_MAX.
         self.room = PATH_MAX - 1 - len(os.fsencode(str(dest))) - 1

@@ -139,19 +139,19 @@ class Tree(Checks):
             os.close(parent)
         self.kinds[parts] = FILE
         try:
-            self._copy(stream, fd, name, ratio_base)
+            self.sizes[parts] = self._copy(stream, fd, name, ratio_base)
             os.fchmod(fd, 0o755 if executable else 0o644)
         finally:
             os.close(fd)
 
-    def _copy(self, stream: BinaryIO, fd: int, name: str, ratio_base: int | None) -> None:
+    def _copy(self, stream: BinaryIO, fd: int, name: str, ratio_base: int | None) -> int:
         written = 0
         while True:
             self.tick()
             with reading(self.what):
                 chunk = stream.read(self.next_read())
             if not chunk:
-                return
+                return written
             written += len(chunk)
             self.count_bytes(name, len(chunk), written, ratio_base)
             view = memoryview(chunk)
@@ -170,8 +170,13 @@ class Tree(Checks):
         self.links["/".join(parts)] = target
 
     def add_hardlink(self, name: str, target: str) -> None:
+        """A second name for a file unpacked before: counted as the bytes it shows (every
+        later reader of the worktree, its size limit and each snapshot see a file of that
+        size), before the link is made."""
         source = self.hardlink_source(name, target)
         parts = self.leaf(name, FILE)
+        size = self.sizes.get(source, 0)
+        self.count_bytes(name, size, size, None)
         source_dir = self._parent(source, target)
         try:
             parent = self._parent(parts, name)
@@ -188,6 +193,7 @@ class Tree(Checks):
         finally:
             os.close(source_dir)
         self.kinds[parts] = FILE
+        self.sizes[parts] = size
 
 
 @contextlib.contextmanager
