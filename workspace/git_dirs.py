@@ -14,6 +14,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 TMP_PREFIX = ".tmp-"  # a file written under a temporary name, then renamed (git's: tmp_obj_)
+# ``info/attributes`` wins over every ``.gitattributes`` of the worktree: a snapshot holds each
+# file's bytes as they are, and a restore writes them back as they were. A worktree's
+# attributes would otherwise convert line endings (a revert changing them), re-encode
+# (``working-tree-encoding=UTF-32`` on a file without a byte order mark made every ``git add``
+# die: a session no snapshot could be taken of) or name a filter.
+ATTRIBUTES = "* -text -eol -working-tree-encoding -filter -ident\n"
 
 GIT_CONFIG = """[core]
 \trepositoryformatversion = 0
@@ -66,9 +72,15 @@ def _write(path: Path, text: str) -> None:
 
 def write_exclude(git_dir: Path, exclude: Iterable[str]) -> None:
     """``info/exclude``: the worktree's own ``.git``, and ``exclude`` (``SNAPSHOT_EXCLUDE``).
-    Rewritten only when the setting changed (git's untracked cache is keyed on this file)."""
-    text = "".join(f"{line}\n" for line in (".git", *exclude))
-    path = git_dir / "info" / "exclude"
+    Rewritten only when the setting changed (git's untracked cache is keyed on this file).
+    And ``info/attributes`` (``ATTRIBUTES``)."""
+    _write_if_changed(
+        git_dir / "info" / "exclude", "".join(f"{line}\n" for line in (".git", *exclude))
+    )
+    _write_if_changed(git_dir / "info" / "attributes", ATTRIBUTES)
+
+
+def _write_if_changed(path: Path, text: str) -> None:
     try:
         if path.read_text() == text:
             return

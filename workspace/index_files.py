@@ -8,7 +8,7 @@
 * ``shared_indexes``: the shared parts of a split index (``core.splitIndex``), which git
   keeps in the git dir, a scratch index's too.
 * ``may_hold_gitlinks``: a scan of the index's bytes that tells, with no git process, that an
-  index holds no gitlink (``Snapshots._drop_gitlinks`` then asks git for nothing).
+  index holds no gitlink (``snapshot_add._drop_gitlinks`` then asks git for nothing).
 * ``written_as`` / ``remember_tree``: the tree id this process's last ``write-tree`` gave for
   the index, while the index holds the same bytes (``Snapshots._track`` then starts no
   ``write-tree`` for an unchanged worktree: one git process fewer for each run's start).

@@ -20,7 +20,7 @@ system or global config, no replace objects, nothing of the server's) and overri
 (``GIT_OVERRIDES``) that switch off hooks, fsmonitor, submodules and protocols, and it leaves
 git no way to start a child git or a shell (``PATH`` and ``GIT_EXEC_PATH`` lead nowhere). A
 repository nested in the worktree is never a submodule here: its files are snapshotted as
-plain files, its ``.git`` left out (``_add_all``), so no git ever runs inside it.
+plain files, its ``.git`` left out (``snapshot_add``), so no git ever runs inside it.
 
 At size: ``seeding.seed`` starts a cloned session from the clone's own packs and index (its
 first snapshot a stat walk, not a hash of every file); the index is version 4 and split
@@ -48,7 +48,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import selectors
 import shutil
 import signal
 import subprocess
@@ -60,18 +59,11 @@ from typing import Literal, overload
 
 from django.conf import settings
 
-from . import git_dirs, git_output, index_files, worktree_paths
-from .index_files import claim_index, holding_index, may_hold_gitlinks, writer_fd
+from . import git_dirs, git_output, git_stream, index_files, snapshot_add, worktree_paths
+from .index_files import claim_index, holding_index, writer_fd
+from .snapshot_errors import MissingObjectError, SnapshotError
 
-
-class SnapshotError(RuntimeError):
-    pass
-
-
-class MissingObjectError(SnapshotError):
-    """Git was asked for an object the store does not hold (a lost object, or an id that
-    never was one): the caller answers "not found"."""
-
+__all__ = ["MissingObjectError", "SnapshotError", "Snapshots"]
 
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
@@ -114,13 +106,18 @@ GIT_FLAGS = ("--no-replace-objects", *(a for o in GIT_OVERRIDES for a in ("-c", 
 # How long a ``track`` waits for another writer of the index before it snapshots in a scratch
 # copy (the wait a stopped worker's hold costs each step of the run that took its place).
 INDEX_WAIT_SECONDS = 1.0
-NESTED_DEPTH_MAX = 32  # repositories nested in nested repositories, taken apart level by level
 _GITS: dict[str, str] = {}  # the server's PATH → the git found on it (the server sets PATH)
 MISSING = re.compile(
     r"bad object|unable to read|could not read|not a valid object|missing (?:blob|tree)"
     r"|not a tree object|invalid object",
     re.IGNORECASE,
 )
+
+
+def _failure(what: str, message: str) -> SnapshotError:
+    """The error of a git that failed, saying ``message`` (git's own)."""
+    error = MissingObjectError if MISSING.search(message) else SnapshotError
+    return error(f"{what}: {message}")
 
 
 @dataclass(frozen=True)
@@ -219,43 +216,7 @@ class Snapshots:
         except OSError as exc:  # no git, no worktree, an argument list over the kernel's limit
             raise SnapshotError(f"git {args[0]}: {exc}") from exc
         if stream:
-
-            def output() -> Iterator[bytes]:
-                # ``stream``: git's stdout in chunks of at most 64 KiB as git writes them (its
-                # stderr read alongside, so neither pipe fills). Git silent for ``limit`` seconds
-                # is killed, as is one whose iterator is closed; a non-zero exit, after the
-                # output, is the error ``check`` raises.
-                err = b""
-                with proc, selectors.DefaultSelector() as pipes:
-                    try:
-                        yield b""  # the one ``_run`` takes: the process is the iterator's from here
-                        pipes.register(proc.stdout, selectors.EVENT_READ)
-                        pipes.register(proc.stderr, selectors.EVENT_READ)
-                        while pipes.get_map():
-                            if not (ready := pipes.select(limit)):
-                                raise SnapshotError(f"git {args[0]}: no answer after {limit:g}s")
-                            for key, _ in ready:
-                                if not (data := os.read(key.fd, 1 << 16)):
-                                    pipes.unregister(key.fileobj)
-                                elif key.fileobj is proc.stdout:
-                                    yield data
-                                else:
-                                    err = (err + data)[:65536]
-                        code = proc.wait(limit)
-                    except BaseException as exc:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.killpg(proc.pid, signal.SIGKILL)
-                        if isinstance(exc, subprocess.TimeoutExpired):
-                            raise SnapshotError(
-                                f"git {args[0]}: no answer after {limit:g}s"
-                            ) from None
-                        raise
-                message = err.decode(errors="replace").strip()
-                if code != 0:
-                    error = MissingObjectError if MISSING.search(message) else SnapshotError
-                    raise error(f"git {args[0]}: {message or f'exit code {code}'}")
-
-            chunks = output()
+            chunks = git_stream.output(proc, f"git {args[0]}", limit, _failure)
             next(chunks)  # started: from here, closing or dropping the iterator kills git
             return chunks
         with proc:  # on the way out: the pipes closed, the process reaped
@@ -292,8 +253,7 @@ class Snapshots:
         with git's own message."""
         result = self._run(args, input=input, index=index, timeout=timeout)
         if result.code != 0:
-            error = MissingObjectError if MISSING.search(result.stderr) else SnapshotError
-            raise error(f"git {args[0]}: {result.stderr or f'exit code {result.code}'}")
+            raise _failure(f"git {args[0]}", result.stderr or f"exit code {result.code}")
         return result.stdout
 
     def git(self, *args: str, input: bytes | None = None, index: str | None = None) -> str:
@@ -362,69 +322,9 @@ class Snapshots:
         return tree
 
     def _add_all(self, index: str | None) -> None:
-        """``git add --all``, with the repositories nested in the worktree taken as plain
-        directories (rule 2.3 and 11.1).
-
-        Git's own walk records a directory holding a repository as a gitlink, and the next
-        ``add`` runs ``git status`` inside it: that repository's config, its fsmonitor, its
-        filters, all the agent's. So no gitlink is ever left in the index: one found after an
-        ``add`` is dropped and one of its files is put in its place (``first_file``); a directory
-        with a file in the index is a directory to git, whose walk then goes into it like any
-        other (its ``.git`` excluded by ``info/exclude``). Before the ``add``, an index made
-        before this rule (or read from an old tree) loses its gitlinks the same way."""
-        self._drop_gitlinks(index)
-        self._add(["."], index)
-        for _ in range(NESTED_DEPTH_MAX):
-            nested = self._drop_gitlinks(index)
-            first = {d: f for d in nested if (f := worktree_paths.first_file(self.worktree, d))}
-            if not first:
-                return
-            added = self._run(["update-index", "--add", "--", *first.values()], index=index)
-            if added.code != 0:
-                # A file git will not take (a link swapped in on the way) leaves its directory
-                # out of this snapshot: never a gitlink in.
-                return
-            self._add(list(first), index)  # the rest of their files
-        self._drop_gitlinks(index)
-
-    def _drop_gitlinks(self, index: str | None) -> list[str]:
-        """Remove the index's gitlinks: their paths. Costs one read of the index file when
-        there is none (its mode bytes are not in it, nor in a shared part of a split index:
-        ``may_hold_gitlinks``); git lists them when there may be."""
-        if not may_hold_gitlinks(Path(index or self.git_dir / "index"), self.git_dir):
-            return []
-        links = git_output.gitlinks(self.git("ls-files", "--stage", "-z", index=index))
-        if links:
-            # A new shared part, written without them: the one read above would otherwise
-            # keep their bytes and send every later snapshot through ``ls-files``.
-            self.git(
-                "-c",
-                "splitIndex.maxPercentChange=0",
-                "update-index",
-                "--force-remove",
-                "--",
-                *links,
-                index=index,
-            )
-        return links
-
-    def _add(self, paths: Sequence[str], index: str | None) -> None:
-        """``git add --all`` of ``paths``, going on past the files git refuses to index
-        (``.GIT/config``, ``git~1``, see ``git_names``): tools refuse to write those, but a
-        shell or the user may make them, and one such file must not stop every snapshot of
-        the session (it stays out, and ``skipped`` reports it). Any other failure is an
-        error."""
-        result = self._run(["add", "--all", "--ignore-errors", "--", *paths], index=index)
-        if result.code == 0:
-            return
-        errors = result.stderr.splitlines()
-        unexpected = [
-            line
-            for line in errors
-            if not line.startswith(("error: invalid path ", "error: unable to add "))
-        ]
-        if result.code != 1 or unexpected:
-            raise SnapshotError(f"git add: {' '.join(unexpected or errors).strip()}")
+        """``git add --all`` of the worktree, nested repositories as plain directories
+        (``snapshot_add``)."""
+        snapshot_add.add_all(self, index)
 
     def peek(self) -> str:
         """The worktree's tree now, for a reader that may run beside the loop (the diff view):
