@@ -295,9 +295,23 @@ async def _ashell(ctx: ToolContext, args: dict[str, Any]) -> str:
         should_stop=ctx.should_abort,
         tree_limit=ctx.worktree_limit,
     )
+    return await _shell_answer(ctx, outcome, undo)
+
+
+async def _shell_answer(
+    ctx: ToolContext, outcome: sandbox.Outcome, undo: worktree_undo.Undo | None
+) -> str:
+    """The model's answer to a command that ended: its output and notes, or the ToolError
+    (a killed command's worktree put back first, where it went past its limits)."""
     out = outcome.output
     if outcome.truncated:
         out += f"\n[output cut at {settings.AGENT_SHELL_OUTPUT_MAX:,} characters]"
+    if outcome.removed:
+        shown = ", ".join(outcome.removed[:5]) + (", …" if len(outcome.removed) > 5 else "")
+        out += (
+            f"\n[removed {len(outcome.removed)} special file(s) from the worktree, which holds "
+            f"only files, folders and links: {shown}]"
+        )
     if outcome.stopped == "stopped":
         raise ToolInterrupted(out)
     if outcome.stopped == "timeout":

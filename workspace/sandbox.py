@@ -21,7 +21,10 @@ of ``/tmp`` and ``/dev/shm`` included (``memory``, ``AGENT_SHELL_MEMORY_BYTES``,
 a kill by the memory bound ends the whole command. The wall time (``AGENT_SHELL_TIMEOUT``),
 the output kept (``AGENT_SHELL_OUTPUT_MAX``) and the worktree's size and entries
 (``WORKTREE_MAX_BYTES``, ``WORKTREE_MAX_ENTRIES``, watched every half second while it runs)
-are enforced here; ``Undo`` puts back the worktree of a command that went over them.
+are enforced here; ``Undo`` puts back the worktree of a command that went over them. The
+special files a command leaves in the worktree (sockets; FIFOs where seccomp is missing) are
+removed when it ends: the server's git would open a FIFO named as a nested ``.git/HEAD``
+and wait on it.
 
 What the host lacks is said once in the log and by ``limitations()``: without a user
 namespace the command runs as the server's user; without seccomp it can reach the kernel
@@ -50,7 +53,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
@@ -58,7 +61,7 @@ from django.conf import settings
 from .sandbox_args import argv, seccomp_fd
 from .sandbox_cgroups import Cgroup
 from .sandbox_probe import Host, probe
-from .worktree_usage import worktree_usage
+from .worktree_usage import remove_special, usage, worktree_usage
 
 KILL_CHECK_SECONDS = 0.05
 SIZE_CHECK_SECONDS = 0.5
@@ -74,6 +77,7 @@ class Outcome:
     output: str
     truncated: bool
     stopped: str = ""  # "", "stopped", "timeout", "worktree-size", "memory"
+    removed: list[str] = field(default_factory=list)  # special files taken out after it
 
 
 # -- availability -------------------------------------------------------------------------------
@@ -139,15 +143,21 @@ async def run(
     finally:
         code = await _end(proc, cgroup, kill=bool(stopped) or proc.returncode is None)
     # The last half second: a command that wrote past the limit and ended before the next
-    # check is over it all the same.
-    if not stopped and bounds.watches_worktree and await bounds.over_worktree_limits():
-        stopped = "worktree-size"
+    # check is over it all the same. The same walk finds the special files it left.
+    removed: list[str] = []
+    if stopped != "worktree-size":
+        size, entries, special = await asyncio.to_thread(usage, worktree)
+        if not stopped and bounds.over(size, entries):
+            stopped = "worktree-size"
+        elif special:
+            removed = await asyncio.to_thread(remove_special, worktree, special)
     await output.finish()
     return Outcome(
         exit_code=None if stopped else code,
         output="".join(output.kept),
         truncated=output.truncated,
         stopped=stopped,
+        removed=removed,
     )
 
 
@@ -260,7 +270,9 @@ class _Bounds:
         return ""
 
     async def over_worktree_limits(self) -> bool:
-        size, entries = await asyncio.to_thread(worktree_usage, self.worktree)
+        return self.over(*await asyncio.to_thread(worktree_usage, self.worktree))
+
+    def over(self, size: int, entries: int) -> bool:
         tree, entry = self.tree_limit, self.entry_limit
         return bool((tree and size > tree) or (entry and entries > entry))
 

@@ -14,8 +14,10 @@ server user's; SEMANTICS 11.3), mounts and namespaces (``mount``, the new mount 
 C library falls back to ``clone``, whose flags can be checked), modules and kexec, ``bpf``,
 ``perf_event_open``, ``userfaultfd``, ``io_uring``, file handles (``open_by_handle_at``),
 clocks, swap, reboot, accounting, quotas, the kernel log, and ``personality`` flags that
-weaken ASLR. Kept: ``ptrace`` and ``process_vm_*`` (gdb, strace; since Linux 4.8 ptrace
-cannot skip the filter, and the PID namespace shows the command only its own processes).
+weaken ASLR, and making a FIFO (``mknod``/``mknodat`` of ``S_IFIFO``: ``mkfifo`` answers
+``EPERM``; a FIFO in the worktree would block the server's git). Kept: ``ptrace`` and
+``process_vm_*`` (gdb, strace; since Linux 4.8 ptrace cannot skip the filter, and the PID
+namespace shows the command only its own processes).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import ctypes
 import errno
 import functools
 import os
+import stat
 
 REFUSED = [
     "keyctl",
@@ -107,6 +110,7 @@ ARCH_X86_64 = 0xC000003E
 ARCH_X86 = 0x40000003
 ARCH_X32 = 0x4000003E
 CMP_MASKED_EQ = 7
+S_IFMT = 0o170000  # the file type bits of a mode (``stat.S_IFMT`` is a function)
 
 
 def _errno(code: int) -> int:
@@ -169,6 +173,11 @@ def program() -> bytes:
             mask = flag | PERSONALITY_QUERY_BIT
             _rule(lib, ctx, eperm, "personality", _ArgCmp(0, CMP_MASKED_EQ, mask, flag))
         _rule(lib, ctx, _errno(errno.ENOSYS), "clone3")
+        # No FIFO: one in the worktree (a nested repository's ``.git/HEAD``) blocks the
+        # server's git that opens it to tell a repository (SEMANTICS 11.1: no server process
+        # blocks on anything a worktree holds). The mode is mknod's 2nd argument, mknodat's 3rd.
+        for name, arg in (("mknod", 1), ("mknodat", 2)):
+            _rule(lib, ctx, eperm, name, _ArgCmp(arg, CMP_MASKED_EQ, S_IFMT, stat.S_IFIFO))
         fd = os.memfd_create("agentplat-seccomp")
         try:
             code = lib.seccomp_export_bpf(ctx, fd)

@@ -5,6 +5,7 @@ directories skipped."""
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,15 +32,44 @@ def walk(root: Path) -> Iterator[tuple[str, os.DirEntry]]:
 def worktree_usage(root: Path) -> tuple[int, int]:
     """(bytes of the worktree's files as ``ls -l`` counts them, entries: files, directories,
     links and others, each an inode and a directory slot)."""
+    total, count, _ = usage(root)
+    return total, count
+
+
+def usage(root: Path) -> tuple[int, int, list[str]]:
+    """``worktree_usage``, and the special files found on the way (FIFOs, sockets, devices:
+    neither a file, a directory nor a link), told by the directory entry's type alone: no
+    special file is ever opened or stat'ed through."""
     total = count = 0
-    for _, entry in walk(root):
+    special: list[str] = []
+    for name, entry in walk(root):
         count += 1
         try:
-            if not entry.is_dir(follow_symlinks=False):
-                total += entry.stat(follow_symlinks=False).st_size
+            if entry.is_dir(follow_symlinks=False):
+                continue
+            if not (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
+                special.append(name)
+                continue
+            total += entry.stat(follow_symlinks=False).st_size
         except OSError:
             continue
-    return total, count
+    return total, count, special
+
+
+def remove_special(root: Path, names: list[str]) -> list[str]:
+    """Unlink the special files ``names`` (relative to ``root``) that still are special files
+    (an unlink never opens one); the names removed."""
+    removed = []
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            mode = os.lstat(path).st_mode
+            if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+                os.unlink(path)
+                removed.append(name)
+        except OSError:
+            continue
+    return removed
 
 
 def worktree_bytes(root: Path) -> int:
