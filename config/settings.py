@@ -180,7 +180,7 @@ REST_FRAMEWORK = {
         "sessions_app.api.token_auth.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["sessions_app.api.guards.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["sessions_app.api.guards.StrictJSONParser"],
     "EXCEPTION_HANDLER": "sessions_app.api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

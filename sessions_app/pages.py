@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -136,7 +137,24 @@ def shared(request: HttpRequest, token: str) -> HttpResponse:
         data = sharing.shared_data(share, before=request.GET.get("before") or None)
     except AppError as exc:
         return HttpResponse(exc.message, status=exc.status_code, content_type="text/plain")
-    return render(request, "app/shared.html", {"share": data})
+    return render(request, "app/shared.html", {"share": shown(data)})
+
+
+def shown(value: Any) -> Any:
+    """``value`` with every string made fit for a page: a worktree's file name that is not
+    UTF-8 is held with lone surrogates (``surrogateescape``), which no page can encode (the
+    shared page of such a worktree was a 500, issue 42); each such byte shows as U+FFFD."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        return value
+    if isinstance(value, dict):
+        return {k: shown(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [shown(v) for v in value]
+    return value
 
 
 class LoginPage(auth_views.LoginView):

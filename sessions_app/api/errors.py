@@ -14,6 +14,7 @@ from rest_framework import exceptions
 from rest_framework.response import Response
 
 from core.errors import AppError
+from workspace.snapshots import SnapshotError
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,21 @@ def _error_response(exc: Exception) -> Response | None:
     if isinstance(exc, exceptions.APIException):
         name = exc.__class__.__name__
         return Response(error_body(name, _first_message(exc.detail)), status=exc.status_code)
+    if isinstance(exc, SnapshotError):
+        # The worktree could not be read or written by git: what it holds is the agent's
+        # (issue 42: no content answers 5xx). Nothing of the request was stored; the chat's
+        # shell can repair the worktree. Logged whole for the operator (a full disk, a git
+        # that hung past SNAPSHOT_GIT_TIMEOUT_SECONDS).
+        log.warning("worktree error: %s", exc)
+        detail = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else "git failed"
+        return Response(
+            error_body(
+                "WorktreeError",
+                f"The worktree could not be read ({detail}). Nothing was changed: try again, "
+                "or repair the worktree from the chat.",
+            ),
+            status=409,
+        )
     if isinstance(exc, OperationalError | InterfaceError):
         # The database went away under the request (a restart, a killed connection): nothing
         # of it was committed; the client may try again (Django drops the broken connection).

@@ -18,6 +18,7 @@ from urllib.parse import unquote_to_bytes
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from rest_framework import renderers
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser, get_encoding
 
@@ -132,3 +133,21 @@ class NulGuardMiddleware:
         if request.path.startswith("/api/"):
             return JsonResponse(error_body("ValidationError", MESSAGE), status=400)
         return HttpResponse(MESSAGE, status=400, content_type="text/plain; charset=utf-8")
+
+
+class JSONRenderer(renderers.JSONRenderer):
+    """DRF's renderer, for answers that may hold a name of the worktree's: a file name is any
+    bytes but ``/`` and NUL, and git's names that are not UTF-8 are decoded with
+    ``surrogateescape`` (lone surrogates, which UTF-8 cannot encode: the render was a 500 for
+    a diff of a worktree holding such a file, issue 42). Such an answer is written with
+    ``\\uXXXX`` escapes instead: valid JSON, the bytes of the name kept as escapes."""
+
+    def render(self, data, accepted_media_type=None, renderer_context=None) -> bytes:  # noqa: ANN001
+        try:
+            return super().render(data, accepted_media_type, renderer_context)
+        except UnicodeEncodeError:
+            self.ensure_ascii = True
+            try:
+                return super().render(data, accepted_media_type, renderer_context)
+            finally:
+                del self.ensure_ascii
