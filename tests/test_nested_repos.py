@@ -199,3 +199,63 @@ def test_the_sandbox_makes_no_fifo_and_leaves_no_special_file(api, shell_ready):
     run_turn(api, sid, "write a/g fine")  # no snapshot waits on anything
     snap = snapshots.for_session(session)
     assert {"a/f", "a/g"} <= _snapshot_files(snap, snap.peek())
+
+
+def _tar(members: list[tuple[str, bytes | None]], links: dict[str, str] | None = None) -> bytes:
+    """A tar of ``(name, content)`` (None: a directory) and ``{link: target}`` hard links."""
+    import io
+    import tarfile
+
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, body in members:
+            info = tarfile.TarInfo(name)
+            if body is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            else:
+                info.size = len(body)
+                tar.addfile(info, io.BytesIO(body))
+        for name, target in (links or {}).items():
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.LNKTYPE, target
+            tar.addfile(info)
+    return out.getvalue()
+
+
+def test_an_uploaded_tree_holding_an_empty_repository_becomes_a_working_session(api):
+    """The finding's tar: ``a/.git`` of a repository with no commit, and ``a/f``."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    members = [
+        ("a", None),
+        ("a/.git", None),
+        ("a/.git/HEAD", b"ref: refs/heads/main\n"),
+        ("a/.git/config", b"[core]\n\trepositoryformatversion = 0\n"),
+        ("a/.git/objects", None),
+        ("a/.git/refs", None),
+        ("a/.git/refs/heads", None),
+        ("a/f", b"x\n"),
+    ]
+    upload = SimpleUploadedFile("nested.tar", _tar(members))
+    answer = api.post("/api/sessions/upload/", {"file": upload})
+    assert answer.status_code == 201, answer.json()
+    sid = answer.json()["id"]
+    assert api.get(f"/api/sessions/{sid}/diff/?file=a/f").status_code == 200
+    run_turn(api, sid, "write b.txt 1")
+    snap = snapshots.for_session(Session.objects.get(id=sid))
+    assert {"a/f", "b.txt"} <= _snapshot_files(snap, snap.peek())
+
+
+def test_an_upload_of_hard_links_past_the_limit_answers_400_with_a_sentence(api, settings):
+    """Finding 2 as a user meets it: one file and 300 hard links to it, within the upload's
+    byte limit as a body, past it as a worktree."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    settings.REPO_MAX_BYTES = 1024 * 1024
+    links = {f"copy-{i}.bin": "big.bin" for i in range(300)}
+    upload = SimpleUploadedFile("links.tar", _tar([("big.bin", b"z" * 9 * 1024)], links))
+    answer = api.post("/api/sessions/upload/", {"file": upload})
+    assert answer.status_code == 400, answer.content
+    assert "more than 1,048,576 bytes" in answer.json()["error"]["message"]
+    assert not Session.objects.exists()
