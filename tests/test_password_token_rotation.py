@@ -135,3 +135,13 @@ def test_a_hash_upgrade_at_login_is_no_password_change(owner, settings):
     assert not owner.password.startswith("md5$"), "Django re-hashed it"
     assert login.json()["token"] == key
     assert _answers(key) == 200
+
+
+def test_the_demo_user_made_again_keeps_its_token(db):
+    call_command("ensure_demo_user", stdout=io.StringIO())
+    demo = User.objects.get(username="demo")
+    key = _token(demo)
+    call_command("ensure_demo_user", stdout=io.StringIO())  # every ./dev serve
+    assert _answers(key) == 200
+    call_command("ensure_demo_user", "--password", NEW, stdout=io.StringIO())
+    assert _answers(key) == 401, "a new password is a password change"

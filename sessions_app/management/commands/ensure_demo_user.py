@@ -14,7 +14,10 @@ class Command(BaseCommand):
     def handle(self, *args, username: str, password: str, **options) -> None:  # noqa: ANN002, ANN003
         User = get_user_model()
         user, _ = User.objects.get_or_create(username=username)
-        user.set_password(password)
+        if not user.check_password(password):
+            # The same password again would be a new hash: a password change, which revokes
+            # the user's API tokens (accounts.rotate_api_tokens) at every ./dev serve.
+            user.set_password(password)
         user.is_staff = True
         user.is_superuser = True
         user.save()
