@@ -249,3 +249,22 @@ def test_no_hostile_worktree_makes_a_reader_answer_5xx_or_the_session_unusable(
             run_turn(stranger, shared_fork.json()["id"], "write in-share.txt ok")
     finally:
         _restore_rights(session.worktree)
+
+
+def test_a_file_name_that_is_not_utf8_is_shown_not_a_500(api, owner):
+    """Found by the test above: the diff's JSON and the shared page could not encode a name
+    git gives as bytes that are not UTF-8 (held as lone surrogates)."""
+    sid = new_session(api)
+    session = Session.objects.get(id=sid)
+    run_turn(api, sid, "write base.txt one")
+    (session.worktree / os.fsdecode(b"caf\xe9.txt")).write_text("latin-1 name\n")
+    run_turn(api, sid, "write base.txt two")
+    diff = api.get(f"/api/sessions/{sid}/diff/")
+    assert diff.status_code == 200
+    assert "caf\\udce9.txt" in diff.content.decode(), "the byte kept as an escape"
+    link = api.post(f"/api/sessions/{sid}/share/").json()
+    page = Client()
+    page.force_login(owner)
+    shared = page.get(link["url"])
+    assert shared.status_code == 200
+    assert "caf\ufffd.txt" in shared.content.decode()
