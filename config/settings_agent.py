@@ -25,6 +25,11 @@ AGENT_ALLOW_SHELL = env_bool("AGENT_ALLOW_SHELL", False)
 # choice, for a machine where every user is trusted) runs it unconfined, with the limits only.
 AGENT_SHELL_SANDBOX = os.environ.get("AGENT_SHELL_SANDBOX", "bwrap").strip().lower()
 AGENT_SHELL_NETWORK = env_bool("AGENT_SHELL_NETWORK", False)
+# Each shell command writes into an overlay layer of its own, merged into the worktree by
+# renames when it ends (workspace/layers.py). "auto": where this host can mount one (said once
+# in the log, in /healthz and the admin where it cannot); "off": the command writes into the
+# worktree itself, with an undo point taken before it.
+AGENT_SHELL_OVERLAY = os.environ.get("AGENT_SHELL_OVERLAY", "auto").strip().lower()
 AGENT_SHELL_TIMEOUT = float(os.environ.get("AGENT_SHELL_TIMEOUT", "120"))
 AGENT_SHELL_MEMORY_BYTES = int(os.environ.get("AGENT_SHELL_MEMORY_BYTES", str(1024**3)))
 AGENT_SHELL_PROCESSES = int(os.environ.get("AGENT_SHELL_PROCESSES", "128"))

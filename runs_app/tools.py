@@ -203,8 +203,8 @@ def _check_room(ctx: ToolContext, name: str, old: int, size: int) -> None:
 
 def _write_file(ctx: ToolContext, args: dict[str, Any], content: str, *, append: bool) -> int:
     """Write (or append) ``content`` to the file ``args["path"]``, its parent directories
-    made if need be, never through a link (``worktree_files.open_for_write``): the bytes
-    written."""
+    made if need be, never through a link and never in place (``worktree_files.replace_file``):
+    the bytes written."""
     relative = args.get("path")
     parts = resolve(ctx.worktree, relative)
     data = content.encode()
@@ -215,14 +215,10 @@ def _write_file(ctx: ToolContext, args: dict[str, Any], content: str, *, append:
             raise ToolError(f"{relative} is a directory.") from exc
         _check_room(ctx, parts[-1], old, old + len(data) if append else len(data))
         try:
-            fd = worktree_files.open_for_write(ctx.worktree, parts, append=append)
+            # A new file renamed over the old (a fork may share the old one by hard link).
+            worktree_files.replace_file(ctx.worktree, parts, data, append=append)
         except IsADirectoryError as exc:
             raise ToolError(f"{relative} is a directory.") from exc
-        with os.fdopen(fd, "wb") as fh:
-            if not append:
-                # Truncated only now: fstat has shown it to be the worktree's own file.
-                fh.truncate(0)
-            fh.write(data)
     return len(data)
 
 
@@ -286,7 +282,8 @@ async def _ashell(ctx: ToolContext, args: dict[str, Any]) -> str:
     if len(command) > 100_000:
         raise ToolError("The command is longer than 100,000 characters.")
     undo = None
-    if ctx.snapshots is not None:
+    if ctx.snapshots is not None and not await asyncio.to_thread(sandbox.uses_layers, ctx.worktree):
+        # No layer to drop: the worktree as it is now, to put back past a limit.
         undo = await asyncio.to_thread(worktree_undo.Undo.record, ctx.worktree, ctx.snapshots)
     outcome = await sandbox.run(
         ctx.worktree,
@@ -314,20 +311,23 @@ async def _shell_answer(
         )
     if outcome.stopped == "stopped":
         raise ToolInterrupted(out)
+    kept = " Nothing it wrote was kept." if outcome.layered else ""
     if outcome.stopped == "timeout":
         raise ToolError(
-            f"Command timed out after {settings.AGENT_SHELL_TIMEOUT:g} seconds and was killed.\n"
-            + out
+            f"Command timed out after {settings.AGENT_SHELL_TIMEOUT:g} seconds and was killed."
+            f"{kept}\n" + out
         )
     if outcome.stopped == "memory":
         raise ToolError(
             f"Command killed: its processes together used more than "
             f"{settings.AGENT_SHELL_MEMORY_BYTES:,} bytes of memory (/tmp and /dev/shm "
-            "included).\n" + out
+            f"included).{kept}\n" + out
         )
     if outcome.stopped == "worktree-size":
         done = "What it wrote is still there."
-        if undo is not None:
+        if outcome.layered:
+            done = "Nothing it wrote reached the worktree."
+        elif undo is not None:
             try:
                 left = await asyncio.to_thread(undo.apply)
             except (RuntimeError, OSError) as exc:  # SnapshotError is a RuntimeError

@@ -47,6 +47,8 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
+import functools
+import logging
 import os
 import shutil
 import signal
@@ -58,13 +60,15 @@ from pathlib import Path
 
 from django.conf import settings
 
+from . import layers
 from .sandbox_args import argv, seccomp_fd
 from .sandbox_cgroups import Cgroup
 from .sandbox_probe import Host, probe
-from .worktree_usage import remove_special, usage, worktree_usage
+from .worktree_usage import own_copies, remove_special, usage, worktree_usage
 
 KILL_CHECK_SECONDS = 0.05
 SIZE_CHECK_SECONDS = 0.5
+log = logging.getLogger(__name__)
 
 
 class Unavailable(Exception):
@@ -78,6 +82,7 @@ class Outcome:
     truncated: bool
     stopped: str = ""  # "", "stopped", "timeout", "worktree-size", "memory"
     removed: list[str] = field(default_factory=list)  # special files taken out after it
+    layered: bool = False  # it wrote into a layer: when stopped, nothing reached the worktree
 
 
 # -- availability -------------------------------------------------------------------------------
@@ -106,7 +111,15 @@ def limitations() -> list[str]:
     if settings.AGENT_SHELL_SANDBOX == "off":
         return ["AGENT_SHELL_SANDBOX=off: shell commands run unconfined, with rlimits only."]
     bwrap = shutil.which("bwrap")
-    return list(probe(bwrap).lost) if bwrap else []
+    lost = list(probe(bwrap).lost) if bwrap else []
+    reason = overlay_reason(Path(settings.WORKSPACE_ROOT)) if bwrap else ""
+    if reason and settings.AGENT_SHELL_OVERLAY != "off":
+        lost.append(
+            f"No overlay layer for shell commands ({reason}): each writes into the worktree "
+            "itself, an undo point taken before it (a walk of the worktree), and a session "
+            "fork copies its files instead of sharing them."
+        )
+    return lost
 
 
 # -- running one command ------------------------------------------------------------------------
@@ -122,11 +135,13 @@ async def run(
     they come) to ``on_output`` as it arrives, until it exits, ``should_stop()`` turns true,
     its time is up, the worktree outgrows its limits (``tree_limit``, default
     ``WORKTREE_MAX_BYTES``, 0: none; ``WORKTREE_MAX_ENTRIES``) or the memory bound kills one
-    of its processes; then no process of it is left."""
-    tree_limit, entry_limit = await _worktree_limits(worktree, tree_limit)
+    of its processes; then no process of it is left. Over a layer (``layers``), what it wrote
+    is merged into the worktree when it ends by itself, and dropped otherwise."""
+    layer = await asyncio.to_thread(_new_layer, worktree)
+    tree_limit, entry_limit, base = await _worktree_limits(worktree, tree_limit)
     started = time.monotonic()
     cgroup = await asyncio.to_thread(Cgroup)
-    proc = await _start(worktree, command, cgroup)
+    proc = await _start(worktree, command, cgroup, layer)
     output = _Output(on_output)
     bounds = _Bounds(
         worktree,
@@ -136,21 +151,19 @@ async def run(
         entry_limit=entry_limit,
         deadline=started + settings.AGENT_SHELL_TIMEOUT,
         next_size_check=started + SIZE_CHECK_SECONDS,
+        layer=layer,
+        base=base,
     )
     stopped = ""
     try:
         stopped = await _pump(proc, output, bounds)
     finally:
         code = await _end(proc, cgroup, kill=bool(stopped) or proc.returncode is None)
-    # The last half second: a command that wrote past the limit and ended before the next
-    # check is over it all the same. The same walk finds the special files it left.
-    removed: list[str] = []
-    if stopped != "worktree-size":
-        size, entries, special = await asyncio.to_thread(usage, worktree)
-        if not stopped and bounds.over(size, entries):
-            stopped = "worktree-size"
-        elif special:
-            removed = await asyncio.to_thread(remove_special, worktree, special)
+        if layer is not None and (stopped or code is None):
+            await asyncio.to_thread(layer.drop)
+    removed = await _settle(worktree, layer, bounds, stopped, code)
+    if removed is None:
+        stopped, removed = "worktree-size", []
     await output.finish()
     return Outcome(
         exit_code=None if stopped else code,
@@ -158,19 +171,79 @@ async def run(
         truncated=output.truncated,
         stopped=stopped,
         removed=removed,
+        layered=layer is not None,
     )
 
 
-async def _worktree_limits(worktree: Path, tree_limit: int | None) -> tuple[int, int]:
-    """The bytes and entries the worktree may hold while the command runs (0: no bound)."""
+async def _settle(
+    worktree: Path, layer: layers.Layer | None, bounds: _Bounds, stopped: str, code: int | None
+) -> list[str] | None:
+    """After the command: the special files taken out (None: it went past the worktree's
+    limits in its last half second, and was undone over a layer). Over a layer that ended by
+    itself, the merge; without one, the walk that finds what it left."""
+    if layer is not None:
+        if stopped or code is None:
+            return []
+        if bounds.watches_worktree and await bounds.over_worktree_limits():
+            await asyncio.to_thread(layer.drop)
+            return None
+        return (await asyncio.to_thread(layer.merge)).removed
+    if stopped == "worktree-size":
+        return []
+    size, entries, special = await asyncio.to_thread(usage, worktree)
+    if not stopped and bounds.over(size, entries):
+        return None
+    return await asyncio.to_thread(remove_special, worktree, special) if special else []
+
+
+async def _worktree_limits(
+    worktree: Path, tree_limit: int | None
+) -> tuple[int, int, tuple[int, int]]:
+    """The bytes and entries the worktree may hold while the command runs (0: no bound), and
+    what it holds before it."""
     tree_limit = settings.WORKTREE_MAX_BYTES if tree_limit is None else tree_limit
     entry_limit = settings.WORKTREE_MAX_ENTRIES
+    base = (0, 0)
     if tree_limit or entry_limit:
         # A worktree already over a limit (a quota lowered) may shrink, never grow.
-        size, entries = await asyncio.to_thread(worktree_usage, worktree)
-        tree_limit = tree_limit and max(tree_limit, size)
-        entry_limit = entry_limit and max(entry_limit, entries)
-    return tree_limit, entry_limit
+        base = await asyncio.to_thread(worktree_usage, worktree)
+        tree_limit = tree_limit and max(tree_limit, base[0])
+        entry_limit = entry_limit and max(entry_limit, base[1])
+    return tree_limit, entry_limit, base
+
+
+def uses_layers(worktree: Path) -> bool:
+    """Whether a command in ``worktree`` runs over a layer of its own (``layers``)."""
+    return overlay_reason(worktree.parent) == ""
+
+
+def overlay_reason(root: Path) -> str:
+    """Why commands beneath ``root`` cannot run over a layer ('' when they can)."""
+    if settings.AGENT_SHELL_OVERLAY == "off":
+        return "AGENT_SHELL_OVERLAY=off"
+    if settings.AGENT_SHELL_SANDBOX == "off":
+        return "AGENT_SHELL_SANDBOX=off"
+    host = _host()
+    if host is None or host.reason or not host.user:
+        return "no user namespace for the sandbox"
+    reason = layers.unavailable_reason(shutil.which("bwrap") or "bwrap", root)
+    if reason:
+        _say_once(reason)
+    return reason
+
+
+@functools.cache
+def _say_once(reason: str) -> None:
+    log.warning("shell overlay: %s; commands write into the worktree, an undo point each", reason)
+
+
+def _new_layer(worktree: Path) -> layers.Layer | None:
+    """A layer for the next command; None: it writes into the worktree, whose files shared
+    with another worktree (a fork made while layers were on) get copies of their own first."""
+    if overlay_reason(worktree.parent):
+        own_copies(worktree)
+        return None
+    return layers.Layer.create(worktree)
 
 
 def _host() -> Host | None:
@@ -180,7 +253,9 @@ def _host() -> Host | None:
     return probe(shutil.which("bwrap") or "bwrap")
 
 
-async def _start(worktree: Path, command: str, cgroup: Cgroup) -> asyncio.subprocess.Process:
+async def _start(
+    worktree: Path, command: str, cgroup: Cgroup, layer: layers.Layer | None
+) -> asyncio.subprocess.Process:
     """The command started in its cgroups, in a session (process group) of its own, its
     output (stdout and stderr together) on a pipe; the cgroups removed if it cannot start."""
     host = _host()
@@ -189,7 +264,15 @@ async def _start(worktree: Path, command: str, cgroup: Cgroup) -> asyncio.subpro
     user = host is not None and host.user
     try:
         return await asyncio.create_subprocess_exec(
-            *cgroup.wrap(argv(worktree, command, user=user, seccomp_fd=filter_fd)),
+            *cgroup.wrap(
+                argv(
+                    layer.merged if layer else worktree,
+                    command,
+                    user=user,
+                    seccomp_fd=filter_fd,
+                    overlay=layer.wrap if layer else None,
+                )
+            ),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -249,6 +332,8 @@ class _Bounds:
     entry_limit: int
     deadline: float
     next_size_check: float
+    layer: layers.Layer | None = None
+    base: tuple[int, int] = (0, 0)  # the worktree's bytes and entries before the command
 
     @property
     def watches_worktree(self) -> bool:
@@ -270,7 +355,10 @@ class _Bounds:
         return ""
 
     async def over_worktree_limits(self) -> bool:
-        return self.over(*await asyncio.to_thread(worktree_usage, self.worktree))
+        if self.layer is None:
+            return self.over(*await asyncio.to_thread(worktree_usage, self.worktree))
+        added = await asyncio.to_thread(self.layer.usage)
+        return self.over(self.base[0] + added.bytes, self.base[1] + added.entries)
 
     def over(self, size: int, entries: int) -> bool:
         tree, entry = self.tree_limit, self.entry_limit

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
@@ -93,14 +94,23 @@ def prlimit_args() -> list[str]:
     ]
 
 
-def argv(worktree: Path, command: str, *, user: bool, seccomp_fd: int | None = None) -> list[str]:
+def argv(
+    worktree: Path,
+    command: str,
+    *,
+    user: bool,
+    seccomp_fd: int | None = None,
+    overlay: Callable[[list[str]], list[str]] | None = None,
+) -> list[str]:
     """The whole command line of one sandboxed ``command`` (without its cgroup); ``user``:
     whether this host gives it a user namespace (``sandbox_probe``); ``seccomp_fd``: where
-    bwrap reads the filter (``seccomp_fd``), None: no filter. Unconfined
+    bwrap reads the filter (``seccomp_fd``), None: no filter; ``overlay``: a layer's
+    ``wrap``, with ``worktree`` its mount point (``layers``). Unconfined
     (``AGENT_SHELL_SANDBOX=off``): the rlimits alone."""
     if settings.AGENT_SHELL_SANDBOX == "off":
         return [*prlimit_args(), "/bin/sh", "-c", command]
     bwrap = shutil.which("bwrap") or "bwrap"
     network = settings.AGENT_SHELL_NETWORK
-    args = bwrap_args(worktree, network=network, user=user, seccomp_fd=seccomp_fd)
-    return [*prlimit_args(), bwrap, *args, "/bin/sh", "-c", command]
+    args = [bwrap, *bwrap_args(worktree, network=network, user=user, seccomp_fd=seccomp_fd)]
+    args += ["/bin/sh", "-c", command]
+    return [*prlimit_args(), *(overlay(args) if overlay else args)]

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 from pathlib import Path
 from typing import Any
@@ -187,23 +188,40 @@ def size_of(root: Path, parts: tuple[str, ...]) -> int:
     return found.st_size
 
 
-def open_for_write(root: Path, parts: tuple[str, ...], *, append: bool) -> int:
-    """A descriptor of the regular file ``parts`` opened for writing (created, with its missing
-    parent directories, if need be), neither truncated nor through a link: the caller
-    truncates what ``fstat`` showed to be the worktree's own file."""
+def replace_file(root: Path, parts: tuple[str, ...], data: bytes, *, append: bool) -> None:
+    """Write the regular file ``parts`` as a new file (issue 43: no write in place): ``data``
+    (after the old content, with ``append``) into a new file beside it, renamed over it. A
+    file the worktree shares with another by hard link (a fork's) is left as it was; the old
+    file's mode is kept. Its missing parent directories are made; never through a link."""
     parent = open_dir(root, parts[:-1], create=True)
     try:
-        flags = os.O_WRONLY | os.O_CREAT | _LEAF | (os.O_APPEND if append else 0)
-        fd = _open_at(parent, parts[-1], flags)
+        old, mode = b"", 0o644
+        try:
+            fd = _open_at(parent, parts[-1], os.O_RDONLY | _LEAF)
+        except FileNotFoundError:
+            fd = -1
+        if fd >= 0:
+            with os.fdopen(fd, "rb") as fh:
+                found = os.fstat(fh.fileno())
+                if stat.S_ISDIR(found.st_mode):
+                    raise IsADirectoryError(errno.EISDIR, "Is a directory")
+                if not stat.S_ISREG(found.st_mode):
+                    raise PathRefused("special", _SPECIAL)
+                mode = stat.S_IMODE(found.st_mode)
+                old = fh.read() if append else b""
+        scratch = f".{parts[-1][:200]}.agentplat-{secrets.token_hex(6)}"
+        new = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _LEAF, mode, dir_fd=parent)
+        try:
+            with os.fdopen(new, "wb") as fh:
+                fh.write(old + data)
+                os.fchmod(fh.fileno(), mode)
+            os.rename(scratch, parts[-1], src_dir_fd=parent, dst_dir_fd=parent)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(scratch, dir_fd=parent)
+            raise
     finally:
         os.close(parent)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise PathRefused("special", _SPECIAL)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def delete_file(root: Path, parts: tuple[str, ...]) -> None:
