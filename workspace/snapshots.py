@@ -83,7 +83,16 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # one would run a program (``core.fsmonitor=false`` above). A scratch index (``peek``) is
 # written whole (``core.splitIndex=false`` for it): it would otherwise leave shared parts of
 # its own in the git dir.
-SCALE_OVERRIDES = ("index.version=4", "core.splitIndex=true", "core.preloadIndex=true")
+# * ``core.trustctime=false``: a file is known changed by its inode, size and mtime, not its
+#   ctime, which a new hard link to it changes (a fork sharing it, ``linked_fork``): the
+#   source's next snapshot would hash every shared file again. No writer changes a file in
+#   place (issue 43): a change is a new file, a new inode.
+SCALE_OVERRIDES = (
+    "index.version=4",
+    "core.splitIndex=true",
+    "core.preloadIndex=true",
+    "core.trustctime=false",
+)
 SCALE_FLAGS = tuple(a for o in SCALE_OVERRIDES for a in ("-c", o))
 SCRATCH_FLAGS = ("-c", "core.splitIndex=false")
 

@@ -4,7 +4,9 @@ directories skipped."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,3 +77,27 @@ def remove_special(root: Path, names: list[str]) -> list[str]:
 def worktree_bytes(root: Path) -> int:
     """Bytes the worktree's files take (as ``ls -l`` counts them; links not followed)."""
     return worktree_usage(root)[0]
+
+
+def own_copies(root: Path) -> int:
+    """Give every regular file beneath ``root`` that has another name (a hard link: a fork's
+    file shared with its source) a copy of its own, renamed over it: for a command that
+    writes into the worktree in place (no overlay layer, ``layers``). The files copied."""
+    copied = 0
+    for name, entry in walk(root):
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+            continue
+        path = os.path.join(root, name)
+        scratch = f"{path}.agentplat-own"
+        try:
+            shutil.copy2(path, scratch, follow_symlinks=False)
+            os.replace(scratch, path)
+            copied += 1
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(scratch)
+    return copied

@@ -16,14 +16,14 @@ rank (in the original order) as the counter: the copies sort like their original
 every older row, and go to the right edge of each index instead of splitting its pages.
 The suffix is ``md5(salt || old id)``, the salt being the new session's id.
 
-The files' objects need no copy: snapshots share one content-addressed object store, and the
-fork's worktree is checked out from the tree recorded at the fork point (``materialize``, which
-also fills the index's stat data, so the fork's first snapshot is a stat walk). That checkout
-is the one cost of a fork that follows the worktree's size: every file written, time and disk
-(``./dev bench --only repo``: 500 MB, 50,000 files, 13-31 s and 100% of the worktree's disk on
-this 2-core ext4 machine). Neither hard links (the agent's shell writes files in place) nor
-reflinks (ext4 has none) can share the bytes; a worktree checked out lazily, on the first
-access that needs it, is the way left to make a fork cost what it changes (docs/benchmarks.md).
+The files' objects need no copy: snapshots share one content-addressed object store. The
+fork's worktree is made of hard links to the source's files where no process writes a
+worktree file in place (a shell command writes into an overlay layer merged by renames,
+``workspace/layers``; the tools and checkouts write new files): ``linked_fork.materialize``,
+whose cost is a directory entry per file, not its bytes. Where no overlay can be mounted the
+fork is checked out from the tree recorded at the fork point (``materialize``, which also
+fills the index's stat data, so the fork's first snapshot is a stat walk): every file
+written, time and disk following the worktree's size.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from sessions_app.selectors import fork_point
 from sessions_app.services.changes import changes_summary
 from sessions_app.services.sessions import check_session_quota, fork_title
 from sessions_app.services.sharing import withhold_clone_address
-from workspace import snapshots
+from workspace import linked_fork, sandbox, snapshots
 
 from ..models import Run
 
@@ -376,7 +376,11 @@ def _copy_files(
     if not tree:
         snap.ensure()
         return
-    snap.materialize(tree)
+    if sandbox.uses_layers(fork.worktree):
+        # No write in place anywhere: the fork's files are the source's, by hard link.
+        linked_fork.materialize(snap, tree, snapshots.for_session(source))
+    else:
+        snap.materialize(tree)
     start = (
         # The copy holds only the path, its rows in path order.
         Part.objects.filter(session=fork, type=Part.Type.STEP_START)
