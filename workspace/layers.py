@@ -117,10 +117,14 @@ class Layer:
     def usage(self) -> Usage:
         """What the layer adds now (read while the command runs: entries may come and go)."""
         size = entries = 0
+        real: dict[str, bool] = {"": True}  # worktree directories known not to be links
         for relative, entry in _entries(self.upper):
             try:
                 info = entry.stat(follow_symlinks=False)
-                below = _lstat(self.worktree / relative)
+                parent = relative.rpartition("/")[0]
+                below = (
+                    _lstat(self.worktree / relative) if _real(self.worktree, parent, real) else None
+                )
             except OSError:
                 continue
             if _whiteout(info):
@@ -147,6 +151,16 @@ class Layer:
         """Remove the layer (undoing its command, when it was not merged)."""
         _open_up(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _real(root: Path, relative: str, known: dict[str, bool]) -> bool:
+    """Whether ``root / relative`` is a directory reached through directories alone (no link
+    is followed to look beneath it)."""
+    if relative not in known:
+        parent = relative.rpartition("/")[0]
+        info = _lstat(root / relative) if _real(root, parent, known) else None
+        known[relative] = info is not None and stat.S_ISDIR(info.st_mode)
+    return known[relative]
 
 
 def settle(worktree: Path) -> None:
