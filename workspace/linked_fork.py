@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
-from . import git_output, worktree_files
+from . import worktree_files
 from .snapshots import EMPTY_TREE, SnapshotError, Snapshots
 
 LINKABLE = ("100644", "100755")
@@ -34,21 +35,30 @@ def materialize(fork: Snapshots, tree: str, source: Snapshots) -> int:
         index = os.path.join(scratch, "index")
         if (source.git_dir / "index").is_file():
             shutil.copy2(source.git_dir / "index", index)
-        now = source.track(index=index)  # the source's worktree now, its index fresh
+        # What the source's worktree holds: its last snapshot (a file changed since is found
+        # by the check below), else a snapshot in the scratch index.
+        last = source.git_dir / "last-tree"
+        now = last.read_text().strip() if last.is_file() else ""
+        now = now or source.track(index=index)
         # Whole, not split: a split index names a shared part in the source's git dir.
         source.git("update-index", "--no-split-index", index=index)
         differs = set(fork.patch(now, tree)) if now != tree else set()
-        entries = git_output.tree_entries(fork.git("ls-tree", "-r", "-l", "-z", tree))
+        # Without -l: a blob's size would cost a look into the store for each file.
+        listing = fork.git("ls-tree", "-r", "-z", tree)
         linked, write = 0, []
+        made: set[str] = {""}
         with _Directories(source.worktree) as directories:
-            for entry in entries:
-                linkable = entry.mode in LINKABLE and entry.path not in differs
-                if linkable and _link(directories, fork.worktree, entry.path):
+            for record in filter(None, listing.split("\0")):
+                meta, _, path = record.partition("\t")
+                linkable = meta[:6] in LINKABLE and path not in differs
+                if linkable and _link(directories, fork.worktree, path, made):
                     linked += 1
                     continue
-                write.append(entry.path)
+                write.append(path)
         fork.checkout(tree, write)
         shutil.copyfile(index, fork.git_dir / "index")
+    # The fork's files are ``tree``'s: only what differs from it needs a size check.
+    (fork.git_dir / "last-tree").write_text(tree)
     made = fork.track()
     if made != tree:
         fork.checkout(tree, fork.patch(made, tree))
@@ -85,35 +95,38 @@ class _Directories:
         return self.open[directory]
 
 
-def _link(directories: _Directories, fork: Path, name: str) -> bool:
-    """Hard-link the source's regular file ``name`` into the fork (its directories made);
-    False when it is not one there now (a link, gone, a directory)."""
-    target = fork / name
+def _link(directories: _Directories, fork: Path, name: str, made: set[str]) -> bool:
+    """Hard-link the source's regular file ``name`` into the fork (its directories made, and
+    remembered in ``made``); False when it is not one there now (a link, gone, a FIFO)."""
     directory, _, leaf = name.rpartition("/")
     source_dir = directories.of(directory)
-    if source_dir is None:
+    if source_dir is None or not _own_dirs(fork, directory, made):
         return False
+    target = os.path.join(fork, name)
     try:
-        if _own_dirs(fork, Path(directory)) is None:
-            return False
         os.link(leaf, target, src_dir_fd=source_dir, follow_symlinks=False)
+        if stat.S_ISREG(os.lstat(target).st_mode):
+            return True
+        os.unlink(target)  # a link or a special file swapped in since the look
     except OSError:
+        pass
+    return False
+
+
+def _own_dirs(root: Path, relative: str, made: set[str]) -> bool:
+    """``root / relative`` as directories of the fork's own, made where missing; False when a
+    file or link stands on the way (the fork's worktree is new: only this function makes its
+    directories)."""
+    if relative in made:
+        return True
+    parent = relative.rpartition("/")[0]
+    if not _own_dirs(root, parent, made):
         return False
-    if target.is_symlink() or not target.is_file():  # it was a link or a special file
-        target.unlink()
-        return False
+    path = os.path.join(root, relative)
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            return False
+    made.add(relative)
     return True
-
-
-def _own_dirs(root: Path, relative: Path) -> Path | None:
-    """``root / relative`` as directories of the fork's own (made where missing); None when a
-    file or link stands on the way."""
-    path = root
-    for part in relative.parts:
-        path = path / part
-        try:
-            os.mkdir(path, 0o755)
-        except FileExistsError:
-            if path.is_symlink() or not path.is_dir():
-                return None
-    return path
