@@ -12,7 +12,7 @@ from runs_app.api.branch_usage import SessionUsageViewSet
 from runs_app.api.usage import UsageViewSet
 from runs_app.health import health
 from runs_app.metrics import metrics_view
-from sessions_app import pages
+from sessions_app import disk, pages
 from sessions_app.api import account
 from sessions_app.api import apply as apply_views
 from sessions_app.api import branches as branch_views
@@ -119,6 +119,7 @@ urlpatterns = [
     path(
         "admin/usage/export.csv", admin.site.admin_view(dashboard.usage_csv), name="admin-usage-csv"
     ),
+    path("admin/disk/", admin.site.admin_view(disk.disk_page), name="admin-disk"),
     path("admin/", admin.site.urls),
     path("metrics", metrics_view),  # Prometheus: METRICS_TOKEN (runs_app/metrics.py)
     path("", include(pages.urlpatterns)),

@@ -55,17 +55,10 @@ def _worker() -> str:
     return f"{len(replies)} worker(s)"
 
 
-def workspaces() -> str:
-    """How worktrees are written and forked here (issue 43): copy-on-write where a shell
-    command's overlay layer can be mounted, full copies where it cannot (and why)."""
-    reason = sandbox.overlay_reason(Path(settings.WORKSPACE_ROOT))
-    if not reason:
-        return "copy-on-write: each shell command writes into a layer; forks share files"
-    return f"full copies ({reason}): each shell command writes into the worktree; forks copy"
-
-
 def health(request) -> JsonResponse:  # noqa: ANN001
     checks = {"database": _timed(_database), "redis": _timed(_redis), "worker": _timed(_worker)}
     ok = all(c["ok"] for c in checks.values())
-    details = {"workspaces": workspaces()}  # said, not checked: either way works
+    details = {
+        "workspaces": sandbox.workspaces(Path(settings.WORKSPACE_ROOT))
+    }  # said, not checked: either way works
     return JsonResponse({"ok": ok, "checks": checks, "details": details}, status=200 if ok else 503)

@@ -212,6 +212,16 @@ async def _worktree_limits(
     return tree_limit, entry_limit, base
 
 
+def workspaces(root: Path) -> str:
+    """How worktrees beneath ``root`` are written and forked here (issue 43), in words:
+    copy-on-write where a shell command's overlay layer can be mounted, full copies where it
+    cannot (and why)."""
+    reason = overlay_reason(root)
+    if not reason:
+        return "copy-on-write: each shell command writes into a layer; forks share files"
+    return f"full copies ({reason}): each shell command writes into the worktree; forks copy"
+
+
 def uses_layers(worktree: Path) -> bool:
     """Whether a command in ``worktree`` runs over a layer of its own (``layers``)."""
     return overlay_reason(worktree.parent) == ""

@@ -1,0 +1,48 @@
+"""Issue 43: the admin's Disk page says what the worktrees show and what they take, per user
+and overall (a fork's files shared with its source counted once), and how worktrees are
+written on this host; superusers only."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from sessions_app.models import Session
+from tests.conftest import new_session, run_turn
+from workspace import sandbox
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_disk_page_counts_a_forks_shared_files_once_for_everyone(api, settings):
+    sid = new_session(api)
+    run_turn(api, sid, "write big.txt " + "x" * 50_000)
+    fork = api.post(f"/api/sessions/{sid}/fork/", {}, format="json")
+    assert fork.status_code == 201
+    admin_user = User.objects.create_superuser("root-admin", "r@example.com", "pw-long-enough-1")
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get("/admin/disk/")
+    assert page.status_code == 200
+    overall = page.context["overall"]
+    assert overall.sessions == 2 and overall.files == 2
+    assert overall.shown == 2 * 50_000
+    shared = sandbox.uses_layers(Session.objects.get(id=sid).worktree)
+    if shared:
+        assert overall.disk < 60_000, "the fork's file is the source's"
+        assert "copy-on-write" in page.context["workspaces"]
+    else:
+        assert overall.disk >= 100_000
+        assert "full copies" in page.context["workspaces"]
+    assert b"files shown" in page.content
+    assert b'href="/admin/disk/"' in client.get("/admin/").content  # linked beside Usage
+
+
+def test_the_disk_page_is_for_superusers_only(owner):
+    owner.is_staff = True
+    owner.save()
+    client = Client()
+    client.force_login(owner)
+    assert client.get("/admin/disk/").status_code == 403
+    assert Client().get("/admin/disk/").status_code == 302  # to the admin's login
