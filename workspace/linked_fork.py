@@ -18,16 +18,20 @@ import os
 import shutil
 import stat
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import worktree_files
 from .snapshots import EMPTY_TREE, SnapshotError, Snapshots
 
 LINKABLE = ("100644", "100755")
+LINK_THREADS = 2
 
 
 def materialize(fork: Snapshots, tree: str, source: Snapshots) -> int:
-    """Fill ``fork``'s empty worktree with ``tree`` (see the module): the files linked."""
+    """Fill ``fork``'s empty worktree with ``tree`` (see the module): the files linked. The
+    check after is never skipped: the source's last snapshot may be behind its worktree (a
+    revert checks files out without one; a run may be mid-step)."""
     fork.ensure()
     if tree == EMPTY_TREE:
         return 0
@@ -45,17 +49,12 @@ def materialize(fork: Snapshots, tree: str, source: Snapshots) -> int:
         differs = set(fork.patch(now, tree)) if now != tree else set()
         # Without -l: a blob's size would cost a look into the store for each file.
         listing = fork.git("ls-tree", "-r", "-z", tree)
-        linked, write = 0, []
-        made: set[str] = {""}
-        with _Directories(source.worktree) as directories:
-            for record in filter(None, listing.split("\0")):
-                meta, _, path = record.partition("\t")
-                linkable = meta[:6] in LINKABLE and path not in differs
-                if linkable and _link(directories, fork.worktree, path, made):
-                    linked += 1
-                    continue
-                write.append(path)
-        fork.checkout(tree, write)
+        links, write = [], []
+        for record in filter(None, listing.split("\0")):
+            meta, _, path = record.partition("\t")
+            (links if meta[:6] in LINKABLE and path not in differs else write).append(path)
+        linked, missed = _link_all(source.worktree, fork.worktree, links)
+        fork.checkout(tree, sorted(write + missed))
         shutil.copyfile(index, fork.git_dir / "index")
     # The fork's files are ``tree``'s: only what differs from it needs a size check.
     (fork.git_dir / "last-tree").write_text(tree)
@@ -67,6 +66,47 @@ def materialize(fork: Snapshots, tree: str, source: Snapshots) -> int:
             raise SnapshotError(f"fork: the worktree is {made}, not {tree}")
     (fork.git_dir / "last-tree").write_text(tree)
     return linked
+
+
+def _link_all(source: Path, fork: Path, paths: list[str]) -> tuple[int, list[str]]:
+    """Hard-link ``paths`` (the source's regular files) into the fork: its directories made
+    first, the source's opened once each, then the links on ``LINK_THREADS`` threads (a link
+    is a system call that gives up the interpreter). The count linked, and the paths that
+    could not be (to be written from the store)."""
+    directories = sorted({p.rpartition("/")[0] for p in paths})
+    made: set[str] = {""}
+    missed: list[str] = []
+    with _Directories(source) as opened:
+        usable = {d for d in directories if _own_dirs(fork, d, made) and opened.of(d) is not None}
+        chunks: list[list[tuple[int, str, str]]] = [[] for _ in range(LINK_THREADS)]
+        for i, path in enumerate(paths):
+            directory, _, leaf = path.rpartition("/")
+            if directory not in usable:
+                missed.append(path)
+                continue
+            fd = opened.of(directory)
+            assert fd is not None
+            chunks[i % LINK_THREADS].append((fd, leaf, os.path.join(fork, path)))
+        with ThreadPoolExecutor(LINK_THREADS) as pool:
+            for failed in pool.map(_link_chunk, chunks):
+                missed += [os.path.relpath(t, fork) for t in failed]
+    return len(paths) - len(missed), missed
+
+
+def _link_chunk(chunk: list[tuple[int, str, str]]) -> list[str]:
+    """Link each ``(source directory fd, name, target)``; the targets that failed. A link is
+    kept only to a regular file (a link or a special file swapped in since the look goes)."""
+    failed = []
+    for fd, leaf, target in chunk:
+        try:
+            os.link(leaf, target, src_dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISREG(os.lstat(target).st_mode):
+                continue
+            os.unlink(target)
+        except OSError:
+            pass
+        failed.append(target)
+    return failed
 
 
 class _Directories:
@@ -93,24 +133,6 @@ class _Directories:
             except (OSError, ValueError):
                 self.open[directory] = None
         return self.open[directory]
-
-
-def _link(directories: _Directories, fork: Path, name: str, made: set[str]) -> bool:
-    """Hard-link the source's regular file ``name`` into the fork (its directories made, and
-    remembered in ``made``); False when it is not one there now (a link, gone, a FIFO)."""
-    directory, _, leaf = name.rpartition("/")
-    source_dir = directories.of(directory)
-    if source_dir is None or not _own_dirs(fork, directory, made):
-        return False
-    target = os.path.join(fork, name)
-    try:
-        os.link(leaf, target, src_dir_fd=source_dir, follow_symlinks=False)
-        if stat.S_ISREG(os.lstat(target).st_mode):
-            return True
-        os.unlink(target)  # a link or a special file swapped in since the look
-    except OSError:
-        pass
-    return False
 
 
 def _own_dirs(root: Path, relative: str, made: set[str]) -> bool:
