@@ -14,16 +14,13 @@ from sessions_app.services import repo_import
 from workspace import repo_tree, repos
 
 from .conftest import run_turn, wait_until
-from .support.git_server import GitServer, git_server_fixture  # noqa: F401
+from .support.git_server import (  # noqa: F401
+    GitServer,
+    git_server_fixture,
+    reachable_server_fixture,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def server(git_server: GitServer, settings) -> GitServer:
-    settings.GIT_ALLOWED_HOSTS = ["127.0.0.1"]
-    settings.GIT_SSL_CAINFO = str(git_server.ca_file)
-    return git_server
 
 
 def _worktree_bytes(root: Path) -> int:

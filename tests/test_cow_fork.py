@@ -9,8 +9,6 @@ their own first). Real bubblewrap, real overlayfs."""
 from __future__ import annotations
 
 import hashlib
-import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,8 @@ import pytest
 from sessions_app.models import Message, Session
 from tests.conftest import new_session, run_turn
 from workspace import layers, sandbox
+
+from .support.shell import shell_on
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,15 +39,8 @@ WRITERS = [
 
 @pytest.fixture(params=["auto", "off"])
 def overlay(request, settings) -> str:
-    settings.AGENT_ALLOW_SHELL = True
-    settings.AGENT_SHELL_SANDBOX = "bwrap"
+    shell_on(settings)
     settings.AGENT_SHELL_OVERLAY = request.param
-    if shutil.which("bwrap") is None and not os.environ.get("REQUIRE_BROWSER"):
-        pytest.skip("bubblewrap is not installed (.ci/run installs it)")
-    reason = sandbox.unavailable_reason()
-    if "cannot create a sandbox" in reason:
-        pytest.skip(reason)
-    assert reason == "", reason
     return request.param
 
 

@@ -17,17 +17,14 @@ from sessions_app.models import Credential, Session
 from sessions_app.services.credentials import save_credential, secret_for
 from workspace import repos
 
-from .support.git_server import GitServer, git_server_fixture  # noqa: F401
+from .support.git_server import (  # noqa: F401
+    GitServer,
+    git_server_fixture,
+    reachable_server_fixture,
+)
 from .test_repositories import FILES, _clone, _port
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def server(git_server: GitServer, settings) -> GitServer:
-    settings.GIT_ALLOWED_HOSTS = ["127.0.0.1"]
-    settings.GIT_SSL_CAINFO = str(git_server.ca_file)
-    return git_server
 
 
 def _token(api, server: GitServer, **fields) -> dict:  # noqa: ANN001, ANN003

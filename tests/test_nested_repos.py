@@ -18,6 +18,7 @@ from sessions_app.models import Message, Part, Session
 from tests.conftest import new_session, run_turn
 from workspace import sandbox, snapshots, worktree_usage
 
+from .support.shell import shell_on
 from .test_git_confinement import system_git
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -166,15 +167,8 @@ def test_special_files_are_found_by_the_usage_walk_and_removed_without_being_ope
 
 
 @pytest.fixture
-def shell_ready(settings):
-    settings.AGENT_ALLOW_SHELL = True
-    settings.AGENT_SHELL_SANDBOX = "bwrap"
-    if shutil.which("bwrap") is None and not os.environ.get("REQUIRE_BROWSER"):
-        pytest.skip("bubblewrap is not installed (.ci/run installs it)")
-    reason = sandbox.unavailable_reason()
-    if "cannot create a sandbox" in reason:
-        pytest.skip(reason)
-    assert reason == "", reason
+def shell_ready(settings) -> None:
+    shell_on(settings)
 
 
 def test_the_sandbox_makes_no_fifo_and_leaves_no_special_file(api, shell_ready):

@@ -18,18 +18,15 @@ from sessions_app.models import Credential, HistoryEvent, Message, Session
 from sessions_app.services import repo_import
 
 from .conftest import client_for, run_turn, wait_until
-from .support.git_server import GitServer, git_server_fixture  # noqa: F401
+from .support.git_server import (  # noqa: F401
+    GitServer,
+    git_server_fixture,
+    reachable_server_fixture,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 FILES = {"README.md": "# demo\n", "src/app.py": "print('hi')\n", "src/lib/util.py": "X = 1\n"}
-
-
-@pytest.fixture
-def server(git_server: GitServer, settings) -> GitServer:
-    settings.GIT_ALLOWED_HOSTS = ["127.0.0.1"]
-    settings.GIT_SSL_CAINFO = str(git_server.ca_file)
-    return git_server
 
 
 def _port(server: GitServer) -> int:

@@ -13,18 +13,15 @@ from django.test import Client
 from sessions_app.models import Message, Part, Session
 
 from .conftest import run_turn
-from .support.git_server import GitServer, git_server_fixture  # noqa: F401
+from .support.git_server import (  # noqa: F401
+    GitServer,
+    git_server_fixture,
+    reachable_server_fixture,
+)
 from .test_credential_scope import _token
 from .test_repositories import FILES, _bytes, _clone, _files, _port
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def server(git_server: GitServer, settings) -> GitServer:
-    settings.GIT_ALLOWED_HOSTS = ["127.0.0.1"]
-    settings.GIT_SSL_CAINFO = str(git_server.ca_file)
-    return git_server
 
 
 def _shared_clone(api, server: GitServer, name: str) -> tuple[str, dict, str]:  # noqa: ANN001

@@ -588,3 +588,13 @@ def git_server_fixture(tmp_path: Path) -> Iterator[GitServer]:
     """A started ``GitServer`` for one test (import this name; request ``git_server``)."""
     with git_server(tmp_path) as server:
         yield server
+
+
+@pytest.fixture(name="server")
+def reachable_server_fixture(git_server: GitServer, settings) -> GitServer:  # noqa: ANN001
+    """``git_server`` as the deployment must allow it for a clone to reach it: its address
+    (loopback) named in ``GIT_ALLOWED_HOSTS``, its CA trusted (import this name; request
+    ``server``)."""
+    settings.GIT_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.GIT_SSL_CAINFO = str(git_server.ca_file)
+    return git_server
