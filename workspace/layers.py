@@ -27,7 +27,7 @@ directory replaced whole.
   entry out of the layer, so the rest is what is left) and drops an unmarked one (its
   command never ended).
 
-Where the overlay cannot be mounted (``available`` says why), the shell writes into the
+Where the overlay cannot be mounted (``unavailable_reason`` says why), the shell writes into the
 worktree as before and the sandbox keeps its undo point (``worktree_undo``).
 """
 
@@ -54,9 +54,13 @@ MERGING = "merging"  # the marker of a layer whose merge has begun
 PREFIX = "user.overlay."
 # Run by ``unshare`` in the command's new user and mount namespaces: mount the overlay, then
 # become bubblewrap (``exec``: the same process, so killing its group kills the command).
+# ``index=off``: a copy-up never keeps a lower file's other names (the merge refuses a file
+# with a name outside its layer); ``metacopy=off``: a changed file's upper copy holds its data.
+# (``userxattr`` keeps redirects off: renaming a lower directory gives EXDEV, and ``mv``
+# copies it.)
 MOUNT = (
-    'mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3,userxattr" "$4" '
-    '|| exit 126; shift 4; exec "$@"'
+    'mount -t overlay overlay -o "lowerdir=$1,upperdir=$2,workdir=$3,userxattr,index=off,'
+    'metacopy=off" "$4" || exit 126; shift 4; exec "$@"'
 )
 
 
