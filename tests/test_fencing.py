@@ -272,6 +272,11 @@ def test_a_lapsed_lease_of_a_run_not_ended_still_holds_its_session(owner):
     taken.finished_at = timezone.now()
     lifecycle.finish(taken, Run.Status.COMPLETED, epoch=taken.lease_epoch)
     assert Session.objects.get(id=session.id).busy_run_id == queued.id
+    # The hand-over enqueued it: it runs on this process's host. Its end is waited for, or
+    # the teardown's deletes met its writes (a deadlock, in a CI run).
+    wait_until(
+        lambda: Run.objects.get(id=queued.id).status in Run.TERMINAL, 30, "the queued run's end"
+    )
 
 
 def test_a_run_ended_as_abandoned_records_what_its_open_step_did_to_the_files(owner):

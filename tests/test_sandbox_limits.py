@@ -268,11 +268,20 @@ def _no_seccomp() -> bytes:
     raise seccomp.Unavailable("libseccomp is not installed (test)")
 
 
-def test_the_cgroups_are_removed_after_each_command(worktree):
-    roots = set(sandbox_cgroups.cgroup_roots().values())
-    before = {root: set(root.iterdir()) for root in roots}
+def test_the_cgroups_are_removed_after_each_command(worktree, monkeypatch):
+    # This command's own cgroups, by their paths: other test processes run commands beside
+    # it in the same roots (comparing the roots' listings raced them).
+    made: list[Path] = []
+    original = sandbox.Cgroup.__init__
+
+    def recorded(self) -> None:  # noqa: ANN001
+        original(self)
+        made.extend(self.paths)
+
+    monkeypatch.setattr(sandbox.Cgroup, "__init__", recorded)
     asyncio.run(sandbox.run(worktree, "true", on_output=_nothing, should_stop=lambda: False))
-    assert {root: set(root.iterdir()) for root in roots} == before
+    assert len(made) == len(set(sandbox_cgroups.cgroup_roots().values()))
+    assert [path for path in made if path.exists()] == []
 
 
 async def _nothing(text: str) -> None:
