@@ -154,12 +154,14 @@ async def run(
         layer=layer,
         base=base,
     )
-    stopped = ""
+    stopped, pumped = "", False
     try:
         stopped = await _pump(proc, output, bounds)
+        pumped = True
     finally:
         code = await _end(proc, cgroup, kill=bool(stopped) or proc.returncode is None)
-        if layer is not None and (stopped or code is None):
+        if layer is not None and (not pumped or stopped or code is None):
+            # Stopped, killed, or the run's task cancelled under it: nothing of it is kept.
             await asyncio.to_thread(layer.drop)
     removed = await _settle(worktree, layer, bounds, stopped, code)
     if removed is None:
