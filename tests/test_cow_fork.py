@@ -124,3 +124,15 @@ def test_a_command_killed_mid_write_leaves_the_worktree_as_before(api, overlay, 
     else:
         assert (source.worktree / "append.txt").read_text().endswith("partial\n")
     assert not list((source.worktree.parent / layers.LAYERS).glob(f"{sid}-*"))
+
+
+def test_the_write_tools_new_file_fits_beside_a_name_of_any_length(api):
+    """The new file is written under a short name of its own, then renamed: a name of 250
+    bytes (125 two-byte characters) is written and appended to like any other."""
+    sid = new_session(api)
+    name = "é" * 125
+    run_turn(api, sid, f"write {name} one")
+    run_turn(api, sid, f"append {name} two")
+    worktree = Session.objects.get(id=sid).worktree
+    assert (worktree / name).read_text() == "onetwo\n"
+    assert sorted(p.name for p in worktree.iterdir()) == [name]

@@ -209,7 +209,7 @@ def replace_file(root: Path, parts: tuple[str, ...], data: bytes, *, append: boo
                     raise PathRefused("special", _SPECIAL)
                 mode = stat.S_IMODE(found.st_mode)
                 old = fh.read() if append else b""
-        scratch = f".{parts[-1][:200]}.agentplat-{secrets.token_hex(6)}"
+        scratch = f".agentplat-{secrets.token_hex(8)}.tmp"  # short: any name's length fits
         new = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _LEAF, mode, dir_fd=parent)
         try:
             with os.fdopen(new, "wb") as fh:
