@@ -19,6 +19,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from workspace.sandbox import workspaces
+from workspace.worktree_usage import walk
 
 from .models import Session
 
@@ -60,18 +61,12 @@ def holdings() -> tuple[Holding, list[tuple[str, Holding]]]:
 
 
 def _files(worktree: Path):  # noqa: ANN202 - an iterator of os.stat_result
-    stack = [str(worktree)]
-    while stack:
+    """The stat of each regular file beneath ``worktree`` (``worktree_usage.walk``: links
+    never followed)."""
+    for _, entry in walk(worktree):
         try:
-            with os.scandir(stack.pop()) as entries:
-                for entry in entries:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(entry.path)
-                        elif entry.is_file(follow_symlinks=False):
-                            yield entry.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
+            if entry.is_file(follow_symlinks=False):
+                yield entry.stat(follow_symlinks=False)
         except OSError:
             continue
 

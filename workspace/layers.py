@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .sandbox_args import bwrap_args
+from .worktree_usage import open_up, walk
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,7 @@ class Layer:
         """What the layer adds now (read while the command runs: entries may come and go)."""
         size = entries = 0
         real: dict[str, bool] = {"": True}  # worktree directories known not to be links
-        for relative, entry in _entries(self.upper):
+        for relative, entry in walk(self.upper):
             try:
                 info = entry.stat(follow_symlinks=False)
                 parent = relative.rpartition("/")[0]
@@ -146,14 +147,14 @@ class Layer:
         """Move the layer into the worktree (see the module); the layer is gone after."""
         (self.root / MERGING).touch()
         out = Merged()
-        _open_up(self.upper)
+        open_up(self.upper)
         _merge_dir(self.upper, self.worktree, "", _Pass(out, _names_within(self.upper)))
         self.drop()
         return out
 
     def drop(self) -> None:
         """Remove the layer (undoing its command, when it was not merged)."""
-        _open_up(self.root)
+        open_up(self.root)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -199,7 +200,7 @@ class _Pass:
 
 def _names_within(upper: Path) -> dict[tuple[int, int], int]:
     names: dict[tuple[int, int], int] = {}
-    for _, entry in _entries(upper):
+    for _, entry in walk(upper):
         with contextlib.suppress(OSError):
             info = entry.stat(follow_symlinks=False)
             if stat.S_ISREG(info.st_mode):
@@ -282,7 +283,7 @@ def _remove(path: Path) -> None:
     if info is None:
         return
     if stat.S_ISDIR(info.st_mode):
-        _open_up(path)
+        open_up(path)
         shutil.rmtree(path)
     else:
         with contextlib.suppress(FileNotFoundError):
@@ -325,41 +326,6 @@ def _strip(path: Path) -> None:
     for name in _attributes(path):
         with contextlib.suppress(OSError):
             os.removexattr(path, name, follow_symlinks=False)
-
-
-def _entries(root: Path):  # noqa: ANN202 - an iterator of (relative path, DirEntry)
-    stack = [""]
-    while stack:
-        relative = stack.pop()
-        try:
-            with os.scandir(root / relative if relative else root) as found:
-                for entry in found:
-                    name = f"{relative}/{entry.name}" if relative else entry.name
-                    yield name, entry
-                    with contextlib.suppress(OSError):
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(name)
-        except OSError:
-            continue
-
-
-def _open_up(root: Path) -> None:
-    """The owner's rights on every directory beneath ``root`` (a command may leave one it
-    cannot list, ``chmod 0``; the overlay's ``work/work`` is one). Only once the command's
-    processes are gone; no link is followed."""
-    stack = [root]
-    while stack:
-        path = stack.pop()
-        try:
-            mode = os.lstat(path).st_mode
-            if not stat.S_ISDIR(mode):
-                continue
-            if mode & 0o700 != 0o700:
-                os.chmod(path, stat.S_IMODE(mode) | 0o700)
-            with os.scandir(path) as entries:
-                stack.extend(Path(e.path) for e in entries if e.is_dir(follow_symlinks=False))
-        except OSError:
-            continue
 
 
 # -- availability -------------------------------------------------------------------------------

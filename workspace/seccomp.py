@@ -174,8 +174,9 @@ def program() -> bytes:
             _rule(lib, ctx, eperm, "personality", _ArgCmp(0, CMP_MASKED_EQ, mask, flag))
         _rule(lib, ctx, _errno(errno.ENOSYS), "clone3")
         # No FIFO: one in the worktree (a nested repository's ``.git/HEAD``) blocks the
-        # server's git that opens it to tell a repository (SEMANTICS 11.1: no server process
-        # blocks on anything a worktree holds). The mode is mknod's 2nd argument, mknodat's 3rd.
+        # server's git that opens it to tell a repository (docs/security.md, "The rules": no
+        # server process blocks on anything a worktree holds). The mode is mknod's 2nd
+        # argument, mknodat's 3rd.
         for name, arg in (("mknod", 1), ("mknodat", 2)):
             _rule(lib, ctx, eperm, name, _ArgCmp(arg, CMP_MASKED_EQ, S_IFMT, stat.S_IFIFO))
         fd = os.memfd_create("agentplat-seccomp")

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .worktree_usage import walk
+from .worktree_usage import open_up, walk
 
 
 def _kind(entry: os.DirEntry) -> tuple[str, int]:
@@ -58,7 +57,7 @@ class Undo:
         is deleted (first: the bulk of what it wrote never reaches the snapshot store),
         then the snapshot is restored. The paths that could not be put back (changed files
         snapshots do not hold), [] when it is exactly as before."""
-        _open_up(self.worktree)
+        open_up(self.worktree)
         doomed = [
             name
             for name, entry in walk(self.worktree)
@@ -76,21 +75,3 @@ class Undo:
         self.snapshots.restore(self.tree)
         now = {name: _kind(entry) for name, entry in walk(self.worktree)}
         return sorted(name for name, was in self.entries.items() if now.get(name) != was)
-
-
-def _open_up(root: Path) -> None:
-    """Give the owner (the server: the command ran as its user) every right on every
-    directory beneath ``root`` again: a command may leave one it cannot list or write
-    (``chmod 0``), which nothing could then delete nor restore. Only once the command's
-    processes are gone: no link can be swapped in meanwhile (and none is followed)."""
-    stack = [str(root)]
-    while stack:
-        path = stack.pop()
-        try:
-            mode = os.lstat(path).st_mode
-            if stat.S_ISDIR(mode) and mode & 0o700 != 0o700:
-                os.chmod(path, stat.S_IMODE(mode) | 0o700)
-            with os.scandir(path) as entries:
-                stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
-        except OSError:
-            continue

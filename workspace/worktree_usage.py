@@ -101,3 +101,21 @@ def own_copies(root: Path) -> int:
             with contextlib.suppress(OSError):
                 os.unlink(scratch)
     return copied
+
+
+def open_up(root: Path) -> None:
+    """Give the owner (the server: the command ran as its user) every right on every
+    directory beneath ``root`` again: a command may leave one it cannot list or write
+    (``chmod 0``), which nothing could then delete nor restore. Only once the command's
+    processes are gone: no link can be swapped in meanwhile (and none is followed)."""
+    stack = [str(root)]
+    while stack:
+        path = stack.pop()
+        try:
+            mode = os.lstat(path).st_mode
+            if stat.S_ISDIR(mode) and mode & 0o700 != 0o700:
+                os.chmod(path, stat.S_IMODE(mode) | 0o700)
+            with os.scandir(path) as entries:
+                stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False))
+        except OSError:
+            continue
