@@ -1,6 +1,6 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
 sandbox, snapshots, repo, abort, fork, load, render, paint, quota, branches, api, publish,
-chaos.
+whole_run, chaos.
 
 ``chaos`` (the chaos test at length: ``--minutes``, 30 by default) runs only when named with
 ``--only``; the others run by default.
@@ -42,6 +42,7 @@ BENCHES = (
     "api",
     "publish",
     "fanout",
+    "whole_run",
     "chaos",
 )
 # Run only when named (``--only chaos``): half an hour of faults.
@@ -368,6 +369,7 @@ SIMPLE = (
     ("api", "web process CPU per API request, before vs after", "api_cost", True),
     ("publish", "publishing events: one Redis round trip a batch vs two", "publish", True),
     ("fanout", "web process CPU per websocket frame, before vs after", "fanout", True),
+    ("whole_run", "a whole run writing one file, 50,000 files vs 10", "whole_run", True),
 )
 
 
