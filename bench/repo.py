@@ -251,30 +251,82 @@ def measure_steps(clone: Path, snap, names: list[str], steps: int) -> dict[str, 
     }
 
 
+def measure_journal_steps(clone: Path, snap, names: list[str], steps: int) -> dict[str, Any]:  # noqa: ANN001
+    """Issue 43: a step that changes 10 files, by the file tools (``replace_file``) and by a
+    shell command (its layer merged), then the step's snapshot from the journal
+    (``track(journal=True)``); beside it, the walk of the whole worktree after the same kind
+    of change (``track()``, every step's snapshot before)."""
+    import asyncio
+
+    from django.test import override_settings
+
+    from workspace import sandbox, worktree_files
+
+    async def quiet(text: str) -> None:
+        return None
+
+    def tools(i: int) -> None:
+        for k in range(10):
+            name = names[(i * 37 + k * 4999) % len(names)]
+            data = os.urandom(100)
+            worktree_files.replace_file(clone, tuple(name.split("/")), data, append=False)
+
+    def shell(i: int) -> None:
+        paths = " ".join(names[(i * 41 + k * 4999) % len(names)] for k in range(10))
+        command = f"for f in {paths}; do head -c 100 /dev/urandom > $f; done"
+        run = sandbox.run(clone, command, on_output=quiet, should_stop=lambda: False)
+        assert asyncio.run(run).exit_code == 0
+
+    out: dict[str, Any] = {}
+    with override_settings(AGENT_ALLOW_SHELL=True, AGENT_SHELL_SANDBOX="bwrap"):
+        layered = not sandbox.unavailable_reason() and sandbox.uses_layers(clone)
+        snap.track()  # the walk that makes the journal trusted
+        for label, write in (("tools", tools), ("shell", shell)):
+            if label == "shell" and not layered:
+                continue
+            journal, walk = [], []
+            for i in range(steps):
+                write(i)
+                journal.append(_ms(lambda: snap.track(journal=True)))
+            for i in range(min(steps, 20)):
+                write(steps + i)
+                walk.append(_ms(snap.track))
+            out[label] = {
+                "p50_ms": percentile(journal, 50),
+                "p99_ms": percentile(journal, 99),
+                "walk_p50_ms": percentile(walk, 50),
+            }
+    out["layered"] = layered
+    return out
+
+
 def measure_revert(clone: Path, snap, names: list[str], repeat: int) -> dict[str, Any]:  # noqa: ANN001
-    """10 files changed by a step, then reverted and unreverted: the work on the files that
-    ``revert_session`` / ``unrevert_session`` do (the database part is the checkpoint
-    benchmark's)."""
-    from workspace import trees
+    """10 files changed by a step (the write tool's writer), then reverted and unreverted:
+    the work on the files that ``revert_session`` / ``unrevert_session`` do, their snapshot
+    of the worktree as it is included (from the journal, issue 43; the database part is the
+    checkpoint benchmark's)."""
+    from workspace import trees, worktree_files
 
     changed = [names[(i * len(names)) // 10] for i in range(10)]
     revert, unrevert, restore = [], [], []
+    snap.track()  # the walk that makes the journal trusted
     for _ in range(repeat):
-        before = snap.track()
+        before = snap.track(journal=True)
         for name in changed:
-            path = clone / name
-            path.write_bytes(path.read_bytes() + b"changed\n")
-        after = snap.track()
+            parts = tuple(name.split("/"))
+            worktree_files.replace_file(clone, parts, b"changed\n", append=True)
+        after = snap.track(journal=True)
 
         start = time.perf_counter()
-        target = trees.compose(snap, after, dict.fromkeys(changed, before))
-        snap.checkout(target, snap.patch(after, target))
+        current = snap.peek(journal=True)  # revert_plan.make_plan: the files as they are
+        target = trees.compose(snap, current, dict.fromkeys(changed, before))
+        snap.checkout(target, snap.patch(current, target))
         revert.append((time.perf_counter() - start) * 1000)
         start = time.perf_counter()
-        snap.checkout(after, snap.patch(target, after))
+        snap.restore(after, journal=True)  # unrevert_session: the pre-revert tree back
         unrevert.append((time.perf_counter() - start) * 1000)
-        restore.append(_ms(lambda t=target: snap.restore(t)))
-        snap.restore(after)
+        restore.append(_ms(lambda t=target: snap.restore(t)))  # the same by a walk
+        snap.restore(after, journal=True)
         assert snap.track() == after
     return {
         "files": len(names),
@@ -342,6 +394,38 @@ def measure_fork(clone: Path, snap, work: Path) -> dict[str, Any]:  # noqa: ANN0
     return out
 
 
+def measure_many_forks(clone: Path, snap, work: Path, count: int) -> dict[str, Any]:  # noqa: ANN001
+    """``count`` forks of one session by links (a team forking one shared session): the disk
+    all of them add against the session's, and the floor no fork of directories of its own
+    can go under (each fork's directories, 4 KiB blocks each)."""
+    from workspace import linked_fork
+    from workspace.snapshots import Snapshots
+
+    tree = snap.track()
+    session = du(clone) - du(clone / ".git")
+    known = _inodes(clone)
+    dirs = sum(1 for p in clone.rglob("*") if p.is_dir() and ".git" not in p.parts) + 1
+    made, start = [], time.perf_counter()
+    for i in range(count):
+        fork = Snapshots(
+            git_dir=work / f"many-{i}.git", worktree=work / f"many-{i}", objects=snap.objects
+        )
+        linked_fork.materialize(fork, tree, snap)
+        made += [fork.worktree, fork.git_dir]
+    seconds = time.perf_counter() - start
+    added = du_new(made, known)
+    for path in made:
+        shutil.rmtree(path)
+    return {
+        "forks": count,
+        "session_bytes": session,
+        "added_bytes": added,
+        "total_vs_one": ratio(session + added, session),
+        "floor_bytes": count * dirs * 4096,
+        "per_fork_ms": seconds * 1000 / count,
+    }
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     import django
 
@@ -379,6 +463,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         phase("generated tree seeded and snapshotted")
         out["steps"] = measure_steps(clone, snap, names, STEPS)
         phase(f"{STEPS} steps")
+        out["journal_steps"] = measure_journal_steps(clone, snap, names, STEPS)
+        phase(f"{STEPS} steps of 10 files, from the journal")
         out["revert_large"] = measure_revert(clone, snap, names, repeat)
         phase("revert/unrevert")
         small_tree = work / "small"
@@ -388,6 +474,8 @@ def run(quick: bool = False) -> dict[str, Any]:
         out["revert_small"] = measure_revert(small_tree, small, small_names, repeat)
         out["fork"] = measure_fork(clone, snap, work)
         phase("fork")
+        out["many_forks"] = measure_many_forks(clone, snap, work, 10 if quick else 100)
+        phase("many forks")
     out["rss_start_mib"] = rss0
     out["rss_end_mib"] = rss_mib()
     out["peak_mib"] = peak_mib()
@@ -474,9 +562,9 @@ def report(r: dict[str, Any]) -> str:
             _verdict(ratio(b[key], a[key]) <= 1.5) if target else "(info)",
         ]
         for what, key, target in (
-            ("revert (compose + checkout)", "revert_ms", True),
-            ("unrevert (checkout back)", "unrevert_ms", True),
-            ("restore() (track's stat walk + checkout)", "restore_ms", False),
+            ("revert (snapshot from the journal + compose + checkout)", "revert_ms", True),
+            ("unrevert (snapshot from the journal + checkout back)", "unrevert_ms", True),
+            ("restore() by a walk (track's stat walk + checkout)", "restore_ms", False),
         )
     ]
     t4 = _table(
@@ -510,10 +598,23 @@ def report(r: dict[str, Any]) -> str:
     fork_rows.append(
         ["links / copy, time", f"{_f(ratio(f['links_ms'], f['copy_ms']), 3)}x", "", ""]
     )
+    m = r["many_forks"]
+    fork_rows.append(
+        [
+            f"{m['forks']} forks by links: the disk of all with the session, vs the session's",
+            f"{_f(m['total_vs_one'], 2)}x ({m['added_bytes'] / 2**20:,.0f} MiB added, "
+            f"{_f(m['per_fork_ms'], 0)} ms a fork)",
+            "<= 1.1x",
+            _verdict(m["total_vs_one"] <= 1.1),
+        ]
+    )
     t5 = _table(
         "Fork of the generated worktree, both ways in one run",
         ["", "value", "target", ""],
         fork_rows,
+        f"the floor of {m['forks']} forks of directories of their own: their directories' "
+        f"4 KiB blocks, {m['floor_bytes'] / 2**20:,.0f} MiB "
+        f"({_f(ratio(m['session_bytes'] + m['floor_bytes'], m['session_bytes']), 2)}x)",
     )
     phases = "; ".join(f"{p['phase']}: {_f(p['rss_mib'], 0)}" for p in r["phases"])
     t6 = (
@@ -524,4 +625,29 @@ def report(r: dict[str, Any]) -> str:
         f"clone among them) -- {_verdict(st['rss_after_mib'] - st['rss_before_mib'] <= 2)} "
         "(flat from step 10 to the last: within 2 MiB)"
     )
-    return "\n\n".join([t1, t2, t3, t4, t5, t6])
+    return "\n\n".join([t1, t2, _journal_table(r), t3, t4, t5, t6])
+
+
+def _journal_table(r: dict[str, Any]) -> str:
+    from .__main__ import _f, _table
+
+    js, gen = r["journal_steps"], r["generated"]
+    rows = []
+    for label, what in (("tools", "the file tools"), ("shell", "a shell command (its layer)")):
+        if label not in js:
+            rows.append([what, "-", "-", "-", "no overlay here", ""])
+            continue
+        m = js[label]
+        ok = m["p50_ms"] <= 20 and m["p99_ms"] <= 50
+        rows.append(
+            [what, _f(m["p50_ms"]), _f(m["p99_ms"]), _f(m["walk_p50_ms"]), "p50 <= 20, p99 <= 50",
+             _verdict(ok)]
+        )  # fmt: skip
+    return _table(
+        f"A step that changes 10 files at {gen['files']:,} files: its snapshot from the "
+        "journal (issue 43)",
+        ["written by", "p50 ms", "p99 ms", "walk p50 ms", "target", ""],
+        rows,
+        "walk: the same step's snapshot by a walk of the whole worktree (every step's before "
+        "issue 43; the verifier's now)",
+    )

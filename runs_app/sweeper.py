@@ -15,6 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from sessions_app.models import Session
+from sessions_app.services import verify
 
 from . import lifecycle, runtime
 from .models import Run
@@ -44,7 +45,8 @@ _sweeper_pid = 0
 
 
 def start_sweeper() -> None:
-    """A daemon thread that runs ``requeue_expired`` every half lease, once per process."""
+    """A daemon thread that runs ``requeue_expired`` every half lease, once per process, and
+    the verifier of idle worktrees (``verify.verify_due``)."""
     global _sweeper_pid
     if _sweeper_pid == os.getpid():
         return
@@ -59,6 +61,10 @@ def start_sweeper() -> None:
                     log.warning("re-enqueued runs with expired leases: %s", requeued)
             except Exception:
                 log.exception("stale-run sweep failed")
+            try:
+                verify.verify_due()  # idle worktrees walked whole now and then (issue 43)
+            except Exception:
+                log.exception("the verifier's sweep failed")
             finally:
                 connection.close()
             time.sleep(interval)

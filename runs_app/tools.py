@@ -13,9 +13,8 @@ from typing import Any
 
 from django.conf import settings
 
-from workspace import sandbox, worktree_files, worktree_undo
+from workspace import kept_usage, sandbox, worktree_files, worktree_undo
 from workspace.git_names import git_refuses
-from workspace.worktree_usage import worktree_bytes
 
 
 class ToolError(Exception):
@@ -48,6 +47,8 @@ class ToolContext:
     # holds the session's lock: ``shell`` snapshots the worktree before each command and puts
     # it back when the command goes over the worktree's limits. None: not put back.
     snapshots: worktree_undo.SnapshotsLike | None = None
+    # Whether the run still holds its lease: a shell command's layer is merged only then.
+    holds_lease: Callable[[], bool] = lambda: True
 
     @property
     def worktree_limit(self) -> int:
@@ -193,7 +194,7 @@ def _check_room(ctx: ToolContext, name: str, old: int, size: int) -> None:
             f"{name} would be {size:,} bytes; a file may hold at most {file_limit:,} bytes."
         )
     if tree_limit:
-        total = worktree_bytes(ctx.worktree) - old + size
+        total = kept_usage.known(ctx.worktree)[0] - old + size
         if total > tree_limit:
             raise ToolError(
                 f"The worktree would hold {total:,} bytes; it may hold at most {tree_limit:,}."
@@ -291,6 +292,7 @@ async def _ashell(ctx: ToolContext, args: dict[str, Any]) -> str:
         on_output=ctx.output,
         should_stop=ctx.should_abort,
         tree_limit=ctx.worktree_limit,
+        may_write=ctx.holds_lease,
     )
     return await _shell_answer(ctx, outcome, undo)
 

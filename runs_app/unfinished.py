@@ -68,7 +68,7 @@ def open_step_parts(run: Run, session: Session) -> list[Part]:
         return []
     snap = snapshots.for_session(session)
     try:
-        after = snap.track()
+        after = snap.track(journal=True)
         changed = snap.patch(before, after) if after != before else []
     except snapshots.SnapshotError:
         log.exception("run %s: the files of its open step could not be recorded", run.id)

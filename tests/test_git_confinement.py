@@ -21,6 +21,7 @@ from django.conf import settings as django_settings
 
 from sessions_app.models import Message, Session
 from tests.conftest import new_session, run_turn
+from tests.support.planting import planted
 from workspace import snapshots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -99,6 +100,7 @@ def test_a_nested_repository_runs_nothing_through_steps_diffs_revert_and_export(
     session = Session.objects.get(id=sid)
     markers = tmp_path / "markers"
     plant(session.worktree, markers)
+    planted(session.worktree)
 
     run_turn(api, sid, "write sub/x.txt hello")  # two snapshots in the worker
     first, second = Message.objects.filter(session_id=sid, role="user").order_by("id")

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from sessions_app.models import Message, Session
 from tests.conftest import client_for, new_session, run_turn
+from tests.support.planting import planted
 
 from .test_nested_repos import STATES
 
@@ -258,6 +259,7 @@ def test_a_file_name_that_is_not_utf8_is_shown_not_a_500(api, owner):
     session = Session.objects.get(id=sid)
     run_turn(api, sid, "write base.txt one")
     (session.worktree / os.fsdecode(b"caf\xe9.txt")).write_text("latin-1 name\n")
+    planted(session.worktree)
     run_turn(api, sid, "write base.txt two")
     diff = api.get(f"/api/sessions/{sid}/diff/")
     assert diff.status_code == 200

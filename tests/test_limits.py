@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from runs_app.tools import TOOLS, ToolContext, ToolError, worktree_bytes
+from runs_app.tools import TOOLS, ToolContext, ToolError
 from sessions_app.models import Session
 from tests.conftest import client_for, run_turn
+from workspace.worktree_usage import worktree_bytes
 
 
 @pytest.fixture

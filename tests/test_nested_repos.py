@@ -18,6 +18,7 @@ from sessions_app.models import Message, Part, Session
 from tests.conftest import new_session, run_turn
 from workspace import sandbox, snapshots, worktree_usage
 
+from .support.planting import planted
 from .support.shell import shell_on
 from .test_git_confinement import system_git
 
@@ -95,6 +96,7 @@ def test_a_nested_repository_in_any_state_is_plain_files_and_the_session_works(a
     nested.mkdir()
     STATES[state](nested)
     (nested / "f").write_text("x\n")
+    planted(session.worktree)
 
     run_turn(api, sid, "write a/g hello")  # the step's snapshots, in the worker
     snap = snapshots.for_session(session)
@@ -124,6 +126,7 @@ def test_removing_the_nested_git_repairs_nothing_because_nothing_was_broken(api)
     (session.worktree / "a" / "f").write_text("x\n")
     run_turn(api, sid, "write b.txt 1")
     shutil.rmtree(session.worktree / "a" / ".git")
+    planted(session.worktree)
     run_turn(api, sid, "write b.txt 2")
     snap = snapshots.for_session(session)
     assert {"a/f", "b.txt"} <= _snapshot_files(snap, snap.peek())

@@ -13,6 +13,7 @@ from runs_app.models import Run
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path
 from tests.conftest import run_turn
+from tests.support.planting import planted
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -325,6 +326,7 @@ def test_the_diff_view_reads_beside_a_running_loop(api, sid):
     run_turn(api, sid, "write a.txt one")
     session = Session.objects.get(id=sid)
     (session.worktree / "a.txt").write_text("changed")
+    planted(session.worktree)
     lock = session.snapshot_dir / "index.lock"
     lock.write_text("")  # the loop holds the index
     try:

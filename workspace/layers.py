@@ -45,8 +45,10 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import change_journal, kept_usage
 from .sandbox_args import bwrap_args
-from .worktree_usage import open_up, walk
+from .worktree_paths import real_dir
+from .worktree_usage import open_up, walk, worktree_usage
 
 log = logging.getLogger(__name__)
 
@@ -120,27 +122,34 @@ class Layer:
         ]  # fmt: skip
 
     def usage(self) -> Usage:
-        """What the layer adds now (read while the command runs: entries may come and go)."""
+        """What the layer adds now (read while the command runs: entries may come and go):
+        each entry against the one it replaces; a directory it removes or makes opaque
+        (``rm -rf``, a directory replaced whole) without all that directory held."""
         size = entries = 0
         real: dict[str, bool] = {"": True}  # worktree directories known not to be links
+        hidden: list[str] = []  # directories of the layer that hide what the worktree holds
         for relative, entry in walk(self.upper):
             try:
                 info = entry.stat(follow_symlinks=False)
                 parent = relative.rpartition("/")[0]
+                covered = any(relative.startswith(h + "/") for h in hidden)
                 below = (
-                    _lstat(self.worktree / relative) if _real(self.worktree, parent, real) else None
+                    _lstat(self.worktree / relative)
+                    if not covered and real_dir(self.worktree, parent, real)
+                    else None
                 )
             except OSError:
                 continue
+            if below is not None and _hides(below, info, entry.path):
+                gone = worktree_usage(self.worktree / relative)
+                size, entries = size - gone[0], entries - gone[1]
+                hidden.append(relative)
             if _whiteout(info):
                 entries -= 1 if below else 0
-                size -= below.st_size if below and stat.S_ISREG(below.st_mode) else 0
+                size -= _bytes(below)
                 continue
             entries += 0 if below else 1
-            if stat.S_ISREG(info.st_mode):
-                size += info.st_size - (
-                    below.st_size if below and stat.S_ISREG(below.st_mode) else 0
-                )
+            size += _bytes(info) - _bytes(below)
         return Usage(size, entries)
 
     def merge(self) -> Merged:
@@ -149,6 +158,8 @@ class Layer:
         out = Merged()
         open_up(self.upper)
         _merge_dir(self.upper, self.worktree, "", _Pass(out, _names_within(self.upper)))
+        # Told before the layer goes: a crash before this line leaves the merge to ``settle``.
+        change_journal.record(self.worktree, out.changed)
         self.drop()
         return out
 
@@ -158,14 +169,19 @@ class Layer:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _real(root: Path, relative: str, known: dict[str, bool]) -> bool:
-    """Whether ``root / relative`` is a directory reached through directories alone (no link
-    is followed to look beneath it)."""
-    if relative not in known:
-        parent = relative.rpartition("/")[0]
-        info = _lstat(root / relative) if _real(root, parent, known) else None
-        known[relative] = info is not None and stat.S_ISDIR(info.st_mode)
-    return known[relative]
+def _bytes(info: os.stat_result | None) -> int:
+    """An entry's bytes as ``worktree_usage`` counts them: a file's or a link's size."""
+    if info is None or not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+        return 0
+    return info.st_size
+
+
+def _hides(below: os.stat_result, info: os.stat_result, path: str) -> bool:
+    """Whether the layer's entry (``info`` at ``path``) takes the place of all that the
+    worktree's directory ``below`` holds: a whiteout, a file, an opaque directory."""
+    if not stat.S_ISDIR(below.st_mode):
+        return False
+    return _whiteout(info) or not stat.S_ISDIR(info.st_mode) or _opaque(Path(path))
 
 
 def settle(worktree: Path) -> None:
@@ -180,6 +196,10 @@ def settle(worktree: Path) -> None:
             if (path / MERGING).exists():
                 log.warning("finishing the merge of %s, interrupted", path.name)
                 layer.merge()
+                # What the interrupted part moved was never told: the next snapshot walks,
+                # the next bound check too.
+                change_journal.forget(worktree)
+                kept_usage.forget(worktree)
             else:
                 layer.drop()
 
@@ -242,6 +262,8 @@ def _merge_dir(upper: Path, target: Path, prefix: str, run: _Pass) -> None:
                 _merge_dir(source, dest, relative + "/", run)
                 continue
             _clean(source, relative + "/", run)
+            if below is not None:
+                run.out.changed.append(relative)  # what it held is gone
             _remove(dest)
             os.rename(source, dest)
         else:

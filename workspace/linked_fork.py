@@ -14,6 +14,7 @@ written from the store; the fork's files are ``tree`` whatever the source did me
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -22,7 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import worktree_files
-from .snapshots import EMPTY_TREE, SnapshotError, Snapshots
+from .index_files import holding_index, shared_indexes
+from .snapshots import EMPTY_TREE, INDEX_WAIT_SECONDS, SnapshotError, Snapshots
 
 LINKABLE = ("100644", "100755")
 LINK_THREADS = 2
@@ -37,15 +39,15 @@ def materialize(fork: Snapshots, tree: str, source: Snapshots) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="fork-index-") as scratch:
         index = os.path.join(scratch, "index")
-        if (source.git_dir / "index").is_file():
-            shutil.copy2(source.git_dir / "index", index)
+        shared = _take_index(source, fork, index)
         # What the source's worktree holds: its last snapshot (a file changed since is found
-        # by the check below), else a snapshot in the scratch index.
+        # by the check below), else a snapshot in the scratch index (written whole).
         last = source.git_dir / "last-tree"
         now = last.read_text().strip() if last.is_file() else ""
         now = now or source.track(index=index)
-        # Whole, not split: a split index names a shared part in the source's git dir.
-        source.git("update-index", "--no-split-index", index=index)
+        if not shared:
+            # Whole, not split: a split index names a shared part in the source's git dir.
+            source.git("update-index", "--no-split-index", index=index)
         differs = set(fork.patch(now, tree)) if now != tree else set()
         # Without -l: a blob's size would cost a look into the store for each file.
         listing = fork.git("ls-tree", "-r", "-z", tree)
@@ -66,6 +68,27 @@ def materialize(fork: Snapshots, tree: str, source: Snapshots) -> int:
             raise SnapshotError(f"fork: the worktree is {made}, not {tree}")
     (fork.git_dir / "last-tree").write_text(tree)
     return linked
+
+
+def _take_index(source: Snapshots, fork: Snapshots, index: str) -> bool:
+    """Copy the source's index to ``index``, and link the shared parts of a split index
+    (``sharedindex.<id>``: never rewritten, named by their content) into the fork's git dir:
+    at 50,000 files the shared part is most of the index's 3 MB, which a fork then does not
+    write again. Under the source's index lock, so no git of the source removes a shared part
+    meanwhile; False when the lock was not had (the caller makes the index whole)."""
+    with holding_index(source.git_dir, INDEX_WAIT_SECONDS) as held:
+        if not held:
+            if (source.git_dir / "index").is_file():
+                shutil.copy2(source.git_dir / "index", index)
+            return False
+        try:
+            shutil.copy2(source.git_dir / "index", index)
+        except FileNotFoundError:
+            return True  # no index: nothing is split
+        for part in shared_indexes(source.git_dir):
+            with contextlib.suppress(FileExistsError):
+                os.link(part, fork.git_dir / part.name)
+        return True
 
 
 def _link_all(source: Path, fork: Path, paths: list[str]) -> tuple[int, list[str]]:

@@ -60,7 +60,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from . import layers
+from . import change_journal, kept_usage, layers
 from .sandbox_args import argv, seccomp_fd
 from .sandbox_cgroups import Cgroup
 from .sandbox_probe import Host, probe
@@ -130,13 +130,15 @@ async def run(
     on_output: Callable[[str], Awaitable[None]],
     should_stop: Callable[[], bool],
     tree_limit: int | None = None,
+    may_write: Callable[[], bool] = lambda: True,
 ) -> Outcome:
     """Run ``command`` in the sandbox, handing its output (stdout and stderr, in the order
     they come) to ``on_output`` as it arrives, until it exits, ``should_stop()`` turns true,
     its time is up, the worktree outgrows its limits (``tree_limit``, default
     ``WORKTREE_MAX_BYTES``, 0: none; ``WORKTREE_MAX_ENTRIES``) or the memory bound kills one
     of its processes; then no process of it is left. Over a layer (``layers``), what it wrote
-    is merged into the worktree when it ends by itself, and dropped otherwise."""
+    is merged into the worktree when it ends by itself and ``may_write()`` (the run still
+    holds its lease) says so just before, and dropped otherwise."""
     layer = await asyncio.to_thread(_new_layer, worktree)
     tree_limit, entry_limit, base = await _worktree_limits(worktree, tree_limit)
     started = time.monotonic()
@@ -163,6 +165,10 @@ async def run(
         if layer is not None and (not pumped or stopped or code is None):
             # Stopped, killed, or the run's task cancelled under it: nothing of it is kept.
             await asyncio.to_thread(layer.drop)
+    if layer is not None and not stopped and code is not None and not may_write():
+        # The run lost its lease while the command ran: another worker may own the worktree.
+        await asyncio.to_thread(layer.drop)
+        stopped = "stopped"
     removed = await _settle(worktree, layer, bounds, stopped, code)
     if removed is None:
         stopped, removed = "worktree-size", []
@@ -186,16 +192,29 @@ async def _settle(
     if layer is not None:
         if stopped or code is None:
             return []
-        if bounds.watches_worktree and await bounds.over_worktree_limits():
-            await asyncio.to_thread(layer.drop)
-            return None
-        return (await asyncio.to_thread(layer.merge)).removed
+        return await asyncio.to_thread(_merge, worktree, layer, bounds)
+    change_journal.forget(worktree)  # written in place: the next snapshot walks
     if stopped == "worktree-size":
+        kept_usage.forget(worktree)
         return []
     size, entries, special = await asyncio.to_thread(usage, worktree)
     if not stopped and bounds.over(size, entries):
+        kept_usage.forget(worktree)  # its caller may put the worktree back
         return None
+    kept_usage.write(worktree, (size, entries))
     return await asyncio.to_thread(remove_special, worktree, special) if special else []
+
+
+def _merge(worktree: Path, layer: layers.Layer, bounds: _Bounds) -> list[str] | None:
+    """A layer that ended by itself: dropped past the worktree's limits (None), else merged
+    and what it added kept (``kept_usage``); the entries it would not move: returned."""
+    added = layer.usage()
+    if bounds.over(bounds.base[0] + added.bytes, bounds.base[1] + added.entries):
+        layer.drop()
+        return None
+    merged = layer.merge()  # its paths told to the journal
+    kept_usage.add(worktree, added.bytes, added.entries - len(merged.removed))
+    return merged.removed
 
 
 async def _worktree_limits(
@@ -208,7 +227,7 @@ async def _worktree_limits(
     base = (0, 0)
     if tree_limit or entry_limit:
         # A worktree already over a limit (a quota lowered) may shrink, never grow.
-        base = await asyncio.to_thread(worktree_usage, worktree)
+        base = await asyncio.to_thread(kept_usage.known, worktree)
         tree_limit = tree_limit and max(tree_limit, base[0])
         entry_limit = entry_limit and max(entry_limit, base[1])
     return tree_limit, entry_limit, base

@@ -23,7 +23,9 @@ class Snapshots(Protocol):
     git_dir: Path
     worktree: Path
 
-    def run(self, args: Sequence[str], *, index: str | None = None) -> GitResult: ...
+    def run(
+        self, args: Sequence[str], *, input: bytes | None = None, index: str | None = None
+    ) -> GitResult: ...
     def git(self, *args: str, index: str | None = None) -> str: ...
 
 
@@ -32,6 +34,8 @@ class GitResult(Protocol):
     stderr: str
 
 
+# The paths on git's stdin, not its command line (a step's may be thousands).
+FROM_STDIN = ("--pathspec-from-file=-", "--pathspec-file-nul")
 NESTED_DEPTH_MAX = 32  # repositories nested in nested repositories, taken apart level by level
 # ``git add`` refusing a nested repository it cannot record as a gitlink: its directory.
 NO_COMMIT = re.compile(r"^error: '(.+)/' does not have a commit checked out$")
@@ -42,7 +46,7 @@ STORE_FAILED = re.compile(
 )
 
 
-def add_all(snap: Snapshots, index: str | None) -> None:
+def add_all(snap: Snapshots, index: str | None, paths: Sequence[str] = (".",)) -> None:
     """``git add --all``, with the repositories nested in the worktree taken as plain
     directories (rule 2.3 and 11.1).
 
@@ -54,9 +58,10 @@ def add_all(snap: Snapshots, index: str | None) -> None:
     other (its ``.git`` excluded by ``info/exclude``). Before the ``add``, an index made
     before this rule (or read from an old tree) loses its gitlinks the same way. A nested
     repository git cannot record as a gitlink (one without a commit, a ``.git`` file or
-    directory git cannot read) is named by ``add``'s error and taken apart the same way."""
+    directory git cannot read) is named by ``add``'s error and taken apart the same way.
+    ``paths``: the walk is of these alone (``add_paths``)."""
     _drop_gitlinks(snap, index)
-    refused = _add(snap, ["."], index)
+    refused = _add(snap, paths, index)
     for _ in range(NESTED_DEPTH_MAX):
         nested = _drop_gitlinks(snap, index) + refused
         first = {d: f for d in nested if (f := worktree_paths.first_file(snap.worktree, d))}
@@ -69,6 +74,31 @@ def add_all(snap: Snapshots, index: str | None) -> None:
             return
         refused = _add(snap, list(first), index)  # the rest of their files
     _drop_gitlinks(snap, index)
+
+
+def add_paths(snap: Snapshots, paths: Sequence[str], index: str | None) -> None:
+    """The index brought up to date for ``paths`` alone (what the writers of the worktree
+    said they changed, ``change_journal``): a path that is gone leaves it, a directory with
+    all it held (``git rm --cached``); the others are added as ``add_all`` adds the whole
+    worktree, with its rules. No path inside a ``.git`` comes here (the journal walks
+    then): a repository nested in the worktree is taken apart by the walk."""
+    known = {"": True}
+    present = [p for p in paths if worktree_paths.present(snap.worktree, p, known)]
+    gone = sorted(set(paths) - set(present))
+    if gone:
+        removed = snap.run(
+            ["rm", "-r", "--cached", "-q", "--ignore-unmatch", *FROM_STDIN],
+            input=_nul(gone),
+            index=index,
+        )
+        if removed.code != 0:
+            raise SnapshotError(f"git rm --cached: {removed.stderr[:2000]}")
+    if present:
+        add_all(snap, index, present)
+
+
+def _nul(paths: Sequence[str]) -> bytes:
+    return b"".join(p.encode("utf-8", "surrogateescape") + b"\0" for p in paths)
 
 
 def _drop_gitlinks(snap: Snapshots, index: str | None) -> list[str]:
@@ -102,7 +132,9 @@ def _add(snap: Snapshots, paths: Sequence[str], index: str | None) -> list[str]:
     ``skipped`` reports it. git's ``--ignore-errors`` adds everything else and exits 1
     for those; a failure of git itself (it dies: ``fatal:``, exit 128, or cannot write
     an object) is an error."""
-    result = snap.run(["add", "--all", "--ignore-errors", "--", *paths], index=index)
+    result = snap.run(
+        ["add", "--all", "--ignore-errors", *FROM_STDIN], input=_nul(paths), index=index
+    )
     if result.code == 0:
         return []
     lines = result.stderr.splitlines()

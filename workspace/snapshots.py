@@ -4,7 +4,8 @@
 that the worktree itself contains is never used or changed (it is excluded).
 
 * ``track()`` = add + write-tree: content-addressed, so an unchanged worktree gives the same
-  tree id and costs no new objects; git's stat cache keeps it fast on large worktrees.
+  tree id and costs no new objects. ``track(journal=True)`` (a step, a history move) adds
+  only the paths the worktree's writers said they changed (``change_journal``): no walk.
 * ``patch(a, b)`` = the files that differ between two trees.
 * ``restore(tree)`` = the exact tree: changed files rewritten, missing ones brought back,
   files that are not in it deleted.
@@ -59,7 +60,16 @@ from typing import Literal, overload
 
 from django.conf import settings
 
-from . import git_dirs, git_output, git_stream, index_files, snapshot_add, worktree_paths
+from . import (
+    change_journal,
+    git_dirs,
+    git_output,
+    git_stream,
+    index_files,
+    kept_usage,
+    snapshot_add,
+    worktree_paths,
+)
 from .index_files import claim_index, holding_index, writer_fd
 from .snapshot_errors import MissingObjectError, SnapshotError
 
@@ -76,13 +86,10 @@ EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 #   rewritten when a fifth of the entries changed) and a small part that a step rewrites, so a
 #   step writes and hashes kilobytes, not the whole index.
 # * ``core.preloadIndex`` (git's default, stated): the stat walk on every core.
-# The untracked cache speeds the walks of ``status`` and ``ls-files``; ``git add`` walks every
-# directory whatever it holds (git's ``validate_untracked_cache`` refuses a walk that collects
-# ignored paths), which is most of what a step's snapshot costs past the stat walk.
-# No fsmonitor: git 2.39's builtin daemon exists on macOS and Windows only, and a hook-based
-# one would run a program (``core.fsmonitor=false`` above). A scratch index (``peek``) is
-# written whole (``core.splitIndex=false`` for it): it would otherwise leave shared parts of
-# its own in the git dir.
+# No fsmonitor (git 2.39's builtin daemon exists on macOS and Windows only; a hook would run a
+# program): a step's snapshot takes the paths its writers said instead (``change_journal``).
+# A scratch index (``peek``) is written whole (``core.splitIndex=false`` for it): it would
+# otherwise leave shared parts of its own in the git dir.
 # * ``core.trustctime=false``: a file is known changed by its inode, size and mtime, not its
 #   ctime, which a new hard link to it changes (a fork sharing it, ``linked_fork``): the
 #   source's next snapshot would hash every shared file again. No writer changes a file in
@@ -282,23 +289,39 @@ class Snapshots:
         git_dirs.make_git_dir(self.git_dir, self.worktree, self.objects, settings.SNAPSHOT_EXCLUDE)
 
     # -- the three operations --------------------------------------------------------------
-    def track(self, *, index: str | None = None) -> str:
+    def track(self, *, index: str | None = None, journal: bool = False) -> str:
         """Snapshot the worktree: its tree id. Only the loop (and the history moves, which run
         while no loop does) call this: it updates the session's index. Readers use ``peek``.
-        ``index``: a scratch index to use instead."""
+        ``index``: a scratch index to use instead. ``journal``: only the paths the writers
+        said they changed since (``change_journal``), where the journal is trusted; else
+        (and by default) a walk of the whole worktree."""
         self.ensure()
         if index is not None:
-            return self._track(index)
+            return self._track(index, journal)
         with holding_index(self.git_dir, INDEX_WAIT_SECONDS) as held:
             # Another writer has the index (a step of a cancelled run, a worker stopped
             # mid-snapshot), or a git of another live process left its lock: never written
             # from under it; this snapshot is made in a scratch copy of the index instead.
             if held and claim_index(self.git_dir):
-                return self._track(None)
-        return self.peek()
+                return self._track(None, journal)
+        return self.peek(journal=journal)
 
-    def _track(self, index: str | None) -> str:
-        self._add_all(index)
+    def _track(
+        self, index: str | None, journal: bool, changes: change_journal.Pending | None = None
+    ) -> str:
+        changes = changes or change_journal.pending(self.worktree, self.git_dir)
+        if not journal:
+            changes = change_journal.Pending(None, changes.end)
+        start = change_journal.size(self.worktree) if changes.paths is None else 0
+        if changes.paths is None:
+            self._add_all(index)
+        elif changes.paths:
+            snapshot_add.add_paths(self, changes.paths, index)
+        if index is None:  # the session's index took the journal (a scratch one takes none)
+            change_journal.taken(self.worktree, self.git_dir, changes, start)
+        return self._write_tree(index)
+
+    def _write_tree(self, index: str | None) -> str:
         # The session's index as the last write-tree here left it (``add`` found nothing to
         # change): the same tree, with no git process for it — while it is still the git
         # dir's ``last-tree``, which ``store.prune_store`` keeps (write-tree would have
@@ -331,15 +354,15 @@ class Snapshots:
         return tree
 
     def _add_all(self, index: str | None) -> None:
-        """``git add --all`` of the worktree, nested repositories as plain directories
-        (``snapshot_add``)."""
-        snapshot_add.add_all(self, index)
+        snapshot_add.add_all(self, index)  # nested repositories as plain directories
 
-    def peek(self) -> str:
+    def peek(self, *, journal: bool = False) -> str:
         """The worktree's tree now, for a reader that may run beside the loop (the diff view):
         the same tree ``track`` would give, made in a scratch copy of the index, so the
         session's own index (and its lock) is never touched."""
         self.ensure()
+        # Read before the index is copied (the loop may take the journal in between).
+        changes = change_journal.pending(self.worktree, self.git_dir)
         with tempfile.TemporaryDirectory(prefix="peek-") as scratch_dir:
             scratch = os.path.join(scratch_dir, "index")
             # The stat cache (fast), with the index's own mtime: git takes an entry written in
@@ -347,7 +370,7 @@ class Snapshots:
             # copy would make a same-size change within that second look unchanged.
             with contextlib.suppress(FileNotFoundError):
                 shutil.copy2(self.git_dir / "index", scratch)
-            return self.track(index=scratch)
+            return self._track(scratch, journal, changes)
 
     def _last_tree(self) -> str:
         try:
@@ -373,10 +396,10 @@ class Snapshots:
         out = self.git("diff-tree", "-r", "--name-only", "-z", "--no-renames", tree, other)
         return sorted(git_output.names(out))
 
-    def restore(self, tree: str) -> None:
-        """Make the worktree exactly ``tree`` (rule 2.2)."""
+    def restore(self, tree: str, *, journal: bool = False) -> None:
+        """Make the worktree exactly ``tree`` (rule 2.2); ``journal`` as ``track``'s."""
         self.ensure()
-        current = self.track()
+        current = self.track(journal=journal)
         if current == tree:
             return
         self.checkout(tree, self.patch(current, tree))
@@ -388,6 +411,7 @@ class Snapshots:
         if tree == EMPTY_TREE:
             return
         wait = settings.SNAPSHOT_GIT_TIMEOUT_SECONDS
+        start = change_journal.size(self.worktree)
         with holding_index(self.git_dir, wait) as held:
             if not held or not claim_index(self.git_dir):
                 raise SnapshotError(f"git read-tree: the index is still in use after {wait:g}s")
@@ -396,6 +420,7 @@ class Snapshots:
             # ``track`` is a stat walk, not a hash of every file the fork wrote.
             self.git("checkout-index", "--all", "--force", "-u")
             (self.git_dir / "last-tree").write_text(tree)
+            change_journal.walked(self.worktree, self.git_dir, start)  # the index is the worktree's
 
     def read_blob(self, tree: str, path: str) -> bytes | None:
         """A file's content as it is in ``tree``; None when it is not there."""
@@ -433,6 +458,8 @@ class Snapshots:
                 if record is None:  # "<sha> missing": the store lost an object
                     raise SnapshotError(f"git cat-file: {name} ({entries[name][1]}) is missing")
                 bodies[name] = record[1]
+        change_journal.record(self.worktree, files)
+        kept_usage.forget(self.worktree)
         for name in files:
             if name not in entries:
                 worktree_paths.remove_file(self.worktree, name)

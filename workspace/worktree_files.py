@@ -29,6 +29,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from . import change_journal, kept_usage
+
 NAME_MAX = 255  # bytes in one path component (ext4, xfs, btrfs, tmpfs)
 PATH_MAX = 4096  # bytes in a whole path, the terminating NUL included
 
@@ -121,16 +123,21 @@ def _is_link(dir_fd: int, name: str) -> bool:
         return False
 
 
-def open_dir(root: Path, parts: tuple[str, ...], *, create: bool = False) -> int:
+def open_dir(
+    root: Path, parts: tuple[str, ...], *, create: bool = False, made: list[str] | None = None
+) -> int:
     """A descriptor (the caller closes it) of the directory ``parts`` under ``root``, opened
     one component at a time from the worktree's, no link followed. ``create``: missing
-    directories are made on the way (``mkdirat``), never through a link either."""
+    directories are made on the way (``mkdirat``), never through a link either; ``made``
+    gets the names of those made."""
     fd = _open_root(root)
     try:
         for name in parts:
             if create:
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(name, 0o755, dir_fd=fd)
+                    if made is not None:
+                        made.append(name)
             child = _open_at(fd, name, _DIR)
             os.close(fd)
             fd = child
@@ -192,10 +199,14 @@ def replace_file(root: Path, parts: tuple[str, ...], data: bytes, *, append: boo
     """Write the regular file ``parts`` as a new file (issue 43: no write in place): ``data``
     (after the old content, with ``append``) into a new file beside it, renamed over it. A
     file the worktree shares with another by hard link (a fork's) is left as it was; the old
-    file's mode is kept. Its missing parent directories are made; never through a link."""
-    parent = open_dir(root, parts[:-1], create=True)
+    file's mode is kept. Its missing parent directories are made; never through a link.
+    The path goes to the worktree's journal, what it adds to its kept usage."""
+    change_journal.record(root, ["/".join(parts)])
+    made: list[str] = []
+    parent = open_dir(root, parts[:-1], create=True, made=made)
     try:
         old, mode = b"", 0o644
+        before: os.stat_result | None = None
         try:
             fd = _open_at(parent, parts[-1], os.O_RDONLY | _LEAF)
         except FileNotFoundError:
@@ -209,6 +220,7 @@ def replace_file(root: Path, parts: tuple[str, ...], data: bytes, *, append: boo
                     raise PathRefused("special", _SPECIAL)
                 mode = stat.S_IMODE(found.st_mode)
                 old = fh.read() if append else b""
+                before = found
         scratch = f".agentplat-{secrets.token_hex(8)}.tmp"  # short: any name's length fits
         new = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _LEAF, mode, dir_fd=parent)
         try:
@@ -222,22 +234,26 @@ def replace_file(root: Path, parts: tuple[str, ...], data: bytes, *, append: boo
             raise
     finally:
         os.close(parent)
+    grown = len(old) + len(data) - (before.st_size if before else 0)
+    kept_usage.add(root, grown, len(made) + (0 if before else 1))
 
 
 def delete_file(root: Path, parts: tuple[str, ...]) -> None:
     """Unlink the regular file ``parts`` (``unlinkat`` in its parent's descriptor: what is
     removed is a name in the worktree, whatever it is by then). PathRefused for a link on the
     way or at the end, IsADirectoryError for a directory."""
+    change_journal.record(root, ["/".join(parts)])
     parent = open_dir(root, parts[:-1])
     try:
-        mode = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False).st_mode
-        if stat.S_ISLNK(mode):
+        found = os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+        if stat.S_ISLNK(found.st_mode):
             raise PathRefused("link", _LINK)
-        if stat.S_ISDIR(mode):
+        if stat.S_ISDIR(found.st_mode):
             raise IsADirectoryError(errno.EISDIR, "Is a directory")
         os.unlink(parts[-1], dir_fd=parent)
     finally:
         os.close(parent)
+    kept_usage.add(root, -found.st_size, -1)
 
 
 # -- listings ---------------------------------------------------------------------------------

@@ -30,6 +30,29 @@ def regular_size(path: Path) -> int:
     return info.st_size if stat.S_ISREG(info.st_mode) else -1
 
 
+def present(worktree: Path, relative: str, known: dict[str, bool]) -> bool:
+    """Whether ``relative`` names an entry of ``worktree`` reached through directories alone
+    (beneath a link, git sees nothing either). ``known``: the directories found so far, a
+    cache for the next call (``{"": True}`` to start)."""
+    parent = relative.rpartition("/")[0]
+    return real_dir(worktree, parent, known) and os.path.lexists(worktree / relative)
+
+
+def real_dir(root: Path, relative: str, known: dict[str, bool]) -> bool:
+    """Whether ``root / relative`` is a directory reached through directories alone (no link
+    is followed to look beneath it)."""
+    if relative not in known:
+        parent = relative.rpartition("/")[0]
+        if real_dir(root, parent, known):
+            try:
+                known[relative] = stat.S_ISDIR(os.lstat(root / relative).st_mode)
+            except OSError:
+                known[relative] = False
+        else:
+            known[relative] = False
+    return known[relative]
+
+
 def first_file(worktree: Path, directory: str) -> str | None:
     """A file (or link) of ``directory``, outside any ``.git``: the worktree path that makes
     git take the directory as one. Found without following a link."""

@@ -50,7 +50,7 @@ class StartPhase(LoopState):
         # Stored (and committed) by now: the new input said after its rows.
         for message in written:
             self.emit(events.MESSAGE_UPDATED, message=message_data(message))
-        self.tree = self.snap.track()
+        self.tree = self.snap.track(journal=True)
         return True
 
     def confirm_and_prompt(self) -> list[Message]:
@@ -107,7 +107,7 @@ class StartPhase(LoopState):
         parent = branch.get("parent_message_id")
         files, before = branch.get("files"), None
         if files and parent != self.session.head_id:
-            before = self.snap.track()
+            before = self.snap.track(journal=True)
             if before != files:
                 self.snap.checkout(files, self.snap.patch(before, files))
         self.head_id = parent
@@ -122,7 +122,7 @@ class StartPhase(LoopState):
             raise
         self.session.head_id = self.head_id
         # The path is another one now, and the files maybe too: the summary follows both.
-        summary = self.store_summary(files if before else self.snap.track())
+        summary = self.store_summary(files if before else self.snap.track(journal=True))
         for message in written:
             self.emit(events.MESSAGE_UPDATED, message=message_data(message))
         self.emit(events.SESSION_UPDATED, session=session_data(self.session))

@@ -57,11 +57,17 @@ class LoopState:
     def aborted(self) -> bool:
         return self.control.stopped()
 
-    def check(self) -> None:
+    def holds_lease(self) -> bool:
+        """Whether the run still holds the session (a stale lease counts as lost)."""
         if self.control.lost.is_set() or self.control.lease_stale():
+            self.control.lost.set()
+            return False
+        return True
+
+    def check(self) -> None:
+        if not self.holds_lease():
             # Also when the keeper has not said so yet: a process that was stopped past its
             # lease wakes up here, before its next tool, write or event.
-            self.control.lost.set()
             raise LockLost()
         if self.control.abort.is_set():
             raise Aborted()

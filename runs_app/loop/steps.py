@@ -103,7 +103,7 @@ class StepPhase(LoopState):
             self.control.lost.set()
             raise LockLost()
         try:
-            after = self.snap.track() if ran_tools else before
+            after = self.snap.track(journal=True) if ran_tools else before
             changed = self.snap.patch(before, after) if after != before else []
             skipped = skipped_files.skipped(self.snap) if changed else []
         except snapshots.SnapshotError:

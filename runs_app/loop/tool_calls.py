@@ -73,6 +73,7 @@ class ToolRunner(LoopState):
                 # The loop holds the session's lock: a shell command over the worktree's
                 # limits is undone from a snapshot taken just before it (SEMANTICS 11.7).
                 snapshots=self.snap,
+                holds_lease=self.holds_lease,
             )
             args = state.get("input") or {}
             if tool.afn is not None:

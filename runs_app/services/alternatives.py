@@ -127,7 +127,7 @@ def adopt(*, session: Session, user, fork_id: str) -> Session:  # noqa: ANN001
             raise ConflictError("A revert is pending: unrevert or confirm it before adopting.")
         snap = snapshots.for_session(locked)
         snap.adopt_objects_of(snapshots.for_session(fork))
-        current = snap.track()
+        current = snap.track(journal=True)
         changed = snap.patch(current, tree) if tree != current else []
         with follow.writing(snap, current) if changed else nullcontext():
             if changed:

@@ -123,7 +123,7 @@ def apply_change(
         if locked.status == Session.Status.PREPARING:
             raise ConflictError("The session's repository is still being cloned.")
         snap = snapshots.for_session(locked)
-        current = snap.track()
+        current = snap.track(journal=True)
         try:
             merged, conflicts = trees.merge_trees(snap, change.before, current, change.after)
         except snapshots.MissingObjectError:

@@ -44,7 +44,7 @@ def _diff_range(session: Session, message_id: str | None) -> tuple[str, str] | N
             p.data["snapshot"] for m in turn for p in m.loaded_parts if p.type == "step-finish"
         ]
         return first, finishes[-1] if finishes else first
-    return first, snap.peek()  # a read: never the index the loop is using
+    return first, snap.peek(journal=True)  # a read: never the index the loop is using
 
 
 def path_start(path: list[Message]) -> str | None:

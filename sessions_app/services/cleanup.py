@@ -54,7 +54,8 @@ def cleanup_session(
         locked.revert = None
         snap = snapshots.for_session(locked)
         # The path lost what lay after the boundary; the files stay the reverted ones.
-        locked.summary = changes_summary(snap, path_start(active_path(locked)), snap.peek())
+        now = snap.peek(journal=True)
+        locked.summary = changes_summary(snap, path_start(active_path(locked)), now)
         locked.save(update_fields=["revert", "summary", "head", "updated_at"])
         HistoryEvent.objects.create(
             session=locked,

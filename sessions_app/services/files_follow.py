@@ -95,6 +95,6 @@ class FilesFollow:
         if snap is None or before is None:
             return
         try:
-            snap.restore(before)
+            snap.restore(before, journal=True)
         except Exception:  # the original error is the one to report; this one is logged
             log.exception("session %s: could not put the files back to %s", self.session_id, before)

@@ -37,7 +37,7 @@ from core import ids
 from core.errors import ConflictError, InvalidInput, NotFoundError
 from quotas_app.limits import effective
 from realtime import events
-from workspace import repo_tree, repos, seeding, snapshots, unpack
+from workspace import change_journal, kept_usage, repo_tree, repos, seeding, snapshots, unpack
 from workspace.unpack_checks import ArchiveRefused
 
 from ..models import HistoryEvent, Message, Part, Session
@@ -51,7 +51,18 @@ COMMIT = re.compile(r"[0-9a-f]{40}")
 STAGING = ".staging"
 
 
+def emptied(worktree: Path) -> None:
+    """Empty the worktree (a clone that failed or was cancelled); its next snapshot and its
+    next bound check walk it (``change_journal``, ``kept_usage``)."""
+    shutil.rmtree(worktree, ignore_errors=True)
+    worktree.mkdir(parents=True, exist_ok=True)
+    change_journal.forget(worktree)
+    kept_usage.forget(worktree)
+
+
 # -- clone -------------------------------------------------------------------------------------
+
+
 def hold_for_clone(session: Session) -> str:
     """Inside the transaction that creates ``session``: hold its busy lock for the prepare
     job (whose id this returns) and enqueue the job after the commit."""
@@ -288,8 +299,7 @@ def _finish(
             )
         except BaseException:
             # Nothing is recorded: the files go too, and the worktree is empty again.
-            shutil.rmtree(worktree, ignore_errors=True)
-            worktree.mkdir(parents=True, exist_ok=True)
+            emptied(worktree)
             raise
         events.publish_on_commit(session_id, events.SESSION_UPDATED, session=session_data(locked))
     return locked
@@ -318,8 +328,7 @@ def _fail(session_id: str, job: str, sentence: str) -> None:
             return  # deleted meanwhile (a cancel): nothing to record
         if locked.busy_run_id != job:
             return
-        shutil.rmtree(locked.worktree, ignore_errors=True)
-        locked.worktree.mkdir(parents=True, exist_ok=True)
+        emptied(locked.worktree)
         locked.source = {**locked.source, "error": sentence[:500]}
         Session.objects.filter(id=session_id, busy_run_id=job).update(
             status=Session.Status.IDLE,

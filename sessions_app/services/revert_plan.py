@@ -88,7 +88,7 @@ def make_plan(session: Session, message_id: str, part_id: str | None) -> RevertP
     path = active_path(session)
     boundary = find_boundary(path, session, message_id, part_id)
     snap = snapshots.for_session(session)
-    current = snap.peek()  # the preview may run beside a loop: never its index
+    current = snap.peek(journal=True)  # the preview may run beside a loop: never its index
     pending = session.revert or {}
     pre = pending.get("snapshot") or current
     sources = _sources(reverted_parts(path, boundary))

@@ -70,7 +70,7 @@ def undo_files_rewind(locked: Session, follow: FilesFollow, user) -> Session:  #
     if last is None or last.kind != FILES_REVERT:
         return locked
     snap = snapshots.for_session(locked)
-    current = snap.track()
+    current = snap.track(journal=True)
     before, after = last.data["files_before"], last.data["files_after"]
     if current != after:
         raise ConflictError(
@@ -78,7 +78,7 @@ def undo_files_rewind(locked: Session, follow: FilesFollow, user) -> Session:  #
         )
     diff = snap.diff_stat(current, before)
     with follow.writing(snap, current):
-        snap.restore(before)
+        snap.restore(before, journal=True)
         locked.summary = changes_summary(snap, path_start(active_path(locked)), before)
         locked.save(update_fields=["summary", "updated_at"])
         HistoryEvent.objects.create(

@@ -44,7 +44,7 @@ def rollback_session(*, session: Session, num_turns: Any, user=None) -> Session:
         locked.head_id = path[keep - 1].id if keep > 0 else None
         locked.context_tokens = estimate_context_tokens(path[:keep])
         snap = snapshots.for_session(locked)
-        locked.summary = changes_summary(snap, path_start(path[:keep]), snap.peek())
+        locked.summary = changes_summary(snap, path_start(path[:keep]), snap.peek(journal=True))
         locked.save(update_fields=["head", "context_tokens", "summary", "updated_at"])
         HistoryEvent.objects.create(
             session=locked,

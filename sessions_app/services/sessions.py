@@ -204,7 +204,7 @@ def switch_head(*, session: Session, message_id: str, user=None) -> Session:  # 
         path = active_path(locked)
         target = files_at(path, 10**9) if locked.head_id != previous else None
         snap = snapshots.for_session(locked)
-        current = snap.track() if target else None
+        current = snap.track(journal=True) if target else None
         moving = bool(target and current != target)
         diff: list[dict] = []
         # The file writes and every statement after them follow the transaction (FilesFollow).
@@ -213,7 +213,8 @@ def switch_head(*, session: Session, message_id: str, user=None) -> Session:  # 
                 snap.checkout(target, snap.patch(current, target))
                 diff = snap.diff_stat(current, target)
             if locked.head_id != previous:
-                locked.summary = changes_summary(snap, path_start(path), target or snap.peek())
+                now = target or snap.peek(journal=True)
+                locked.summary = changes_summary(snap, path_start(path), now)
             locked.save(update_fields=["head", "summary", "updated_at"])
             HistoryEvent.objects.create(
                 session=locked,

@@ -42,11 +42,11 @@ def unrevert_session(*, session: Session, user=None) -> Session:  # noqa: ANN001
             )
             return locked
         snap = snapshots.for_session(locked)
-        current = snap.track()
+        current = snap.track(journal=True)
         pre = revert["snapshot"]
         diff = snap.diff_stat(current, pre)
         with follow.writing(snap, current):
-            snap.restore(pre)
+            snap.restore(pre, journal=True)
             locked.revert = None
             locked.summary = changes_summary(snap, path_start(active_path(locked)), pre)
             locked.save(update_fields=["revert", "summary", "updated_at"])

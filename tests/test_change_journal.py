@@ -1,0 +1,184 @@
+"""Issue 43, snapshots without a walk: a step's snapshot takes the paths its writers said they
+changed (``workspace/change_journal.py``), a shell command's bound is checked against a kept
+usage figure (``workspace/kept_usage.py``), and whatever the journal says, the snapshot it
+gives is the one a walk of the whole worktree gives."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from runs_app.tools import TOOLS, ToolContext, ToolInterrupted
+from tests.support.shell import shell_on
+from workspace import change_journal, kept_usage, layers, sandbox, worktree_files
+from workspace.snapshots import Snapshots
+from workspace.worktree_usage import worktree_usage
+
+
+@pytest.fixture
+def snap(tmp_path: Path) -> Snapshots:
+    worktree = tmp_path / "ws" / "ses_j"
+    worktree.mkdir(parents=True)
+    (worktree / "keep.txt").write_text("keep\n")
+    (worktree / "dir").mkdir()
+    for i in range(5):
+        (worktree / "dir" / f"f{i}.txt").write_text(f"{i}\n")
+    snap = Snapshots(git_dir=tmp_path / "ws" / ".snapshots" / "ses_j.git", worktree=worktree)
+    snap.track()  # the walk that makes the journal trusted
+    return snap
+
+
+def _write(snap: Snapshots, relative: str, text: str) -> None:
+    worktree_files.replace_file(
+        snap.worktree, tuple(relative.split("/")), text.encode(), append=False
+    )
+
+
+def _files(snap: Snapshots, tree: str) -> list[str]:
+    return sorted(snap.git("ls-tree", "-r", "--name-only", "-z", tree).split("\0")[:-1])
+
+
+def test_a_snapshot_takes_the_paths_said_and_no_others(snap):
+    """What no writer said stays out of the journal's snapshot (no walk was made), and is in
+    the walk's: the journal is what the step's snapshot is built from."""
+    _write(snap, "said.txt", "said\n")
+    (snap.worktree / "unsaid.txt").write_text("planted\n")  # no writer said it
+    by_journal = snap.track(journal=True)
+    assert "said.txt" in _files(snap, by_journal)
+    assert "unsaid.txt" not in _files(snap, by_journal)
+    walked = snap.track()
+    assert "unsaid.txt" in _files(snap, walked)
+
+
+def test_deletes_and_checkouts_reach_the_snapshot(snap):
+    before = snap.track(journal=True)
+    worktree_files.delete_file(snap.worktree, ("dir", "f0.txt"))
+    _write(snap, "new/deep/n.txt", "n\n")
+    after = snap.track(journal=True)
+    assert snap.patch(before, after) == ["dir/f0.txt", "new/deep/n.txt"]
+    snap.checkout(before, ["dir/f0.txt", "new/deep/n.txt"])  # a history move's write
+    assert snap.track(journal=True) == before
+    assert snap.track() == before
+
+
+def test_a_journal_that_cannot_be_trusted_walks(snap, tmp_path):
+    (snap.worktree / "planted.txt").write_text("p\n")
+    change_journal.forget(snap.worktree)  # a writer that cannot say what it wrote
+    assert "planted.txt" in _files(snap, snap.track(journal=True))
+    (snap.worktree / "inside").mkdir()
+    (snap.worktree / "inside" / "x").write_text("x\n")
+    change_journal.record(snap.worktree, ["inside/.git/HEAD", "inside/x"])  # a nested repo
+    assert "inside/x" in _files(snap, snap.track(journal=True))
+    (snap.worktree / "many").mkdir()
+    names = [f"many/{i}" for i in range(change_journal.MAX_PATHS + 1)]
+    for name in names:
+        (snap.worktree / name).write_text("m")
+    change_journal.record(snap.worktree, names)
+    assert len(_files(snap, snap.track(journal=True))) > change_journal.MAX_PATHS
+    # A session made anew under the same name (its worktree and git dir): its old journal
+    # is not trusted.
+    shutil.rmtree(snap.worktree)
+    shutil.rmtree(snap.git_dir)
+    snap.worktree.mkdir()
+    (snap.worktree / "fresh.txt").write_text("f\n")
+    assert _files(snap, snap.track(journal=True)) == ["fresh.txt"]
+
+
+def test_peek_takes_the_journal_without_using_it_up(snap):
+    _write(snap, "a.txt", "a\n")
+    peeked = snap.peek(journal=True)
+    assert "a.txt" in _files(snap, peeked)
+    assert snap.track(journal=True) == peeked
+
+
+def test_names_are_paths_not_patterns(snap):
+    for name in ("star*.txt", "q?.txt", "[ab].txt", ":(top)x", "new\nline", "sp ace"):
+        _write(snap, name, name)
+    (snap.worktree / "starX.txt").write_text("not said\n")
+    (snap.worktree / "a.txt").write_text("not said\n")
+    files = _files(snap, snap.track(journal=True))
+    assert {"star*.txt", "q?.txt", "[ab].txt", ":(top)x", "sp ace"} <= set(files)
+    assert "starX.txt" not in files and "a.txt" not in files
+
+
+# -- through the shell: each command's layer is its journal -------------------------------------
+SEQUENCES = [
+    ["echo hi >> keep.txt", "rm -rf dir", "mkdir dir && echo back > dir/x"],
+    ["mv dir moved", "ln -s moved link", "sed -i s/1/one/ moved/f1.txt"],
+    ["rm keep.txt && mkdir keep.txt && echo d > keep.txt/in", "rm -rf keep.txt"],
+    ["mkdir -p node_modules/p && echo x > node_modules/p/i.js", "echo y > 'a b*'"],
+    ["rm -rf dir && echo file > dir", "touch t1 && rm t1", "truncate -s 100 dir"],
+    ["git init -q sub && echo s > sub/s", "echo t > sub/t", "rm -rf sub/.git"],
+    ["mkdir -p deep/a/b && cp -r dir deep/a/b/c", "chmod +x deep/a/b/c/f2.txt"],
+    [
+        "echo l1 > \"$(printf 'caf\\351.txt')\"",
+        'd="$(printf \'d\\377\')" && mkdir "$d" && touch "$d/x"',
+    ],
+]
+
+
+def _shell(worktree: Path, command: str, *, may_write=lambda: True) -> str:  # noqa: ANN001
+    outcome = asyncio.run(
+        sandbox.run(
+            worktree,
+            command,
+            on_output=_ignore,
+            should_stop=lambda: False,
+            may_write=may_write,
+        )
+    )
+    assert outcome.exit_code == 0, outcome
+    return outcome.output
+
+
+async def _ignore(text: str) -> None:
+    return None
+
+
+@pytest.mark.parametrize("overlay", ["auto", "off"])
+@pytest.mark.parametrize("sequence", SEQUENCES, ids=[s[0][:20] for s in SEQUENCES])
+def test_after_any_commands_the_journal_and_the_walk_agree(snap, settings, overlay, sequence):
+    shell_on(settings)
+    settings.AGENT_SHELL_OVERLAY = overlay
+    settings.WORKTREE_MAX_BYTES = 10_000_000
+    kept_usage.known(snap.worktree)
+    for command in sequence:
+        _shell(snap.worktree, command)
+        by_journal = snap.track(journal=True)
+        # The same tree a walk gives, in a scratch index: the session's is left as it was.
+        assert by_journal == snap.peek(), command
+        assert kept_usage.known(snap.worktree) == worktree_usage(snap.worktree), command
+
+
+def test_a_shell_write_without_a_layer_makes_the_next_snapshot_walk(snap, settings):
+    shell_on(settings)
+    settings.AGENT_SHELL_OVERLAY = "off"
+    _shell(snap.worktree, "echo z > z.txt")
+    assert change_journal.pending(snap.worktree, snap.git_dir).paths is None
+
+
+def test_a_command_of_a_run_that_lost_its_lease_reaches_nothing(snap, settings):
+    """One writer: a layer is merged only while the run holds its lease; a stale worker's
+    command leaves the worktree as it was (and its tool call ends interrupted)."""
+    shell_on(settings)
+    if not sandbox.uses_layers(snap.worktree):
+        pytest.skip("no overlay here: the command writes in place (the loop stops first)")
+    before = snap.track()
+    ctx = ToolContext(worktree=snap.worktree, should_abort=lambda: False, holds_lease=lambda: False)
+    with pytest.raises(ToolInterrupted):
+        TOOLS["shell"].run(ctx, {"command": "echo stale > keep.txt && touch other"})
+    assert (snap.worktree / "keep.txt").read_text() == "keep\n"
+    assert not (snap.worktree / "other").exists()
+    assert snap.track() == before
+    assert not any((snap.worktree.parent / layers.LAYERS).glob("ses_j-*"))
+
+
+def test_the_kept_usage_follows_the_tools(snap):
+    assert kept_usage.known(snap.worktree) == worktree_usage(snap.worktree)
+    _write(snap, "x/y/z.txt", "z" * 1000)
+    _write(snap, "keep.txt", "k")
+    worktree_files.delete_file(snap.worktree, ("dir", "f3.txt"))
+    assert kept_usage.read(snap.worktree) == worktree_usage(snap.worktree)
