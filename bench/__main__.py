@@ -362,6 +362,7 @@ SIMPLE = (
     ("load", "load (50 sessions + 200 websockets + API; 100 prompts)", "load", True),
     ("abort", "abort / recovery", "abort", True),
     ("sandbox", "shell sandbox", "sandbox", False),
+    ("undo", "a command past the byte limit, undone: layer vs in place", "undo", False),
     ("render", "chat rendering in Chromium, current vs old app.js", "render", True),
     ("paint", "chat paint figures in Chromium (FCP, LCP, TBT), before vs after", "paint", True),
     ("quota", "quota check on a run request, 1 and 1,000,000 usage rows", "quota", True),

@@ -18,6 +18,7 @@ import pytest
 
 from sessions_app.models import Message, Session
 from sessions_app.services import downloads
+from tests.support.planting import planted
 from workspace import snapshots
 
 from .conftest import run_turn
@@ -203,6 +204,7 @@ def _with_files(api, sid: str, files: dict[str, bytes]) -> None:  # noqa: ANN001
     worktree = Session.objects.get(id=sid).worktree
     for name, body in files.items():
         (worktree / name).write_bytes(body)
+    planted(worktree)
     run_turn(api, sid, "write b.txt two")
 
 

@@ -12,7 +12,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from sessions_app.models import HistoryEvent, Message, Part, Session, Share
-from workspace import git_output, snapshots, trees
+from workspace import git_output, snapshots, tree_objects, trees
 
 pytestmark = pytest.mark.django_db
 
@@ -151,7 +151,7 @@ def test_a_tree_composed_again_is_fresh_again(store):
     snap, sha = store["snap"], store["composed"]
     age_every_object(30)
     body = snap.check(["cat-file", "tree", sha])
-    assert trees.write_tree(snap, git_output.parse_tree(body)).hex() == sha
+    assert tree_objects.write_tree(snap, git_output.parse_tree(body)).hex() == sha
     assert object_path(sha).stat().st_mtime > time.time() - 60
     assert "2 unreachable object(s) freed" in prune()
     assert object_path(sha).exists()

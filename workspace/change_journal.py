@@ -4,7 +4,7 @@
 Every writer of a worktree knows what it wrote: a shell command's layer is its exact change
 set (``layers.Merged.changed``), the file tools write one path, a checkout its files. Each
 appends those paths here, and ``Snapshots.track`` gives git's index those paths alone
-(``snapshot_add.add_paths``) instead of a walk of every file: a step that changes 10 files
+(``journal_track``) instead of a walk of every file: a step that changes 10 files
 of 50,000 costs what 10 files cost.
 
 The journal of a worktree is ``<WORKSPACE_ROOT>/.journals/<worktree name>/``, outside every
@@ -98,15 +98,6 @@ def size(worktree: Path) -> int:
         return os.stat(home(worktree) / "paths").st_size
     except OSError:
         return 0
-
-
-def taken(worktree: Path, git_dir: Path, changes: Pending, start: int) -> None:
-    """The index of ``git_dir`` took ``changes``: by a walk that began when the journal was
-    ``start`` long (``walked``), or their paths (``took``)."""
-    if changes.paths is None:
-        walked(worktree, git_dir, start)
-    elif changes.paths:
-        took(worktree, git_dir, changes.end)
 
 
 def took(worktree: Path, git_dir: Path, end: int) -> None:

@@ -1,8 +1,14 @@
-"""A git process's stdout handed on as git writes it (``Snapshots.stream``; the process is
-started by the one runner, ``Snapshots._run``): chunks of at most 64 KiB, its stderr read
-alongside so that neither pipe fills. Git silent for ``limit`` seconds is killed, as is one
-whose iterator is closed or dropped; a non-zero exit, after the output, is the error
-``failure`` makes of git's message."""
+"""A git process's output, for the one runner (``Snapshots._run``, which starts it).
+
+``collect``: all of it, git killed (its whole process group) past ``limit`` seconds. A timer
+kills it, not ``communicate(timeout=)``: Python waits for a process with a timeout by polling
+with sleeps that double (0.5 ms, 1 ms, 2 ms…), which cost each git call a few milliseconds
+after it had already exited (a step's snapshot makes five).
+
+``output``: stdout handed on as git writes it (``Snapshots.stream``): chunks of at most
+64 KiB, its stderr read alongside so that neither pipe fills. Git silent for ``limit``
+seconds is killed, as is one whose iterator is closed or dropped; a non-zero exit, after the
+output, is the error ``failure`` makes of git's message."""
 
 from __future__ import annotations
 
@@ -11,7 +17,32 @@ import os
 import selectors
 import signal
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
+
+
+def collect(
+    proc: subprocess.Popen, input: bytes | None, limit: float
+) -> tuple[bytes, bytes] | None:
+    """Git's (stdout, stderr) once it exited; None when it was killed at ``limit``."""
+    fired = threading.Event()
+
+    def kill() -> None:
+        fired.set()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    timer = threading.Timer(limit, kill)
+    timer.daemon = True
+    timer.start()
+    try:
+        out, err = proc.communicate(input)
+    except BaseException:
+        kill()
+        raise
+    finally:
+        timer.cancel()
+    return None if fired.is_set() else (out, err)
 
 
 def output(

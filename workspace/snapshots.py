@@ -50,7 +50,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -66,6 +65,7 @@ from . import (
     git_output,
     git_stream,
     index_files,
+    journal_track,
     kept_usage,
     snapshot_add,
     worktree_paths,
@@ -236,15 +236,10 @@ class Snapshots:
             next(chunks)  # started: from here, closing or dropping the iterator kills git
             return chunks
         with proc:  # on the way out: the pipes closed, the process reaped
-            try:
-                out, err = proc.communicate(input, timeout=limit)
-            except BaseException as exc:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                if isinstance(exc, subprocess.TimeoutExpired):
-                    raise SnapshotError(f"git {args[0]}: no answer after {limit:g}s") from None
-                raise
-        return GitResult(proc.returncode, out, err.decode(errors="replace").strip())
+            done = git_stream.collect(proc, input, limit)
+        if done is None:
+            raise SnapshotError(f"git {args[0]}: no answer after {limit:g}s")
+        return GitResult(proc.returncode, done[0], done[1].decode(errors="replace").strip())
 
     def run(
         self,
@@ -310,22 +305,26 @@ class Snapshots:
         self, index: str | None, journal: bool, changes: change_journal.Pending | None = None
     ) -> str:
         changes = changes or change_journal.pending(self.worktree, self.git_dir)
-        if not journal:
-            changes = change_journal.Pending(None, changes.end)
-        start = change_journal.size(self.worktree) if changes.paths is None else 0
-        if changes.paths is None:
-            self._add_all(index)
-        elif changes.paths:
-            snapshot_add.add_paths(self, changes.paths, index)
-        if index is None:  # the session's index took the journal (a scratch one takes none)
-            change_journal.taken(self.worktree, self.git_dir, changes, start)
+        last = self._last_tree()
+        if journal and changes.paths is not None and last:
+            if not changes.paths:
+                return last
+            if journal_track.usable(self, changes.paths):
+                tree = journal_track.track_paths(self, last, changes.paths)
+                if index is None:
+                    (self.git_dir / "last-tree").write_text(tree)
+                    change_journal.took(self.worktree, self.git_dir, changes.end)
+                return tree
+        # A walk of the whole worktree in the index, whatever the journal holds.
+        start = change_journal.size(self.worktree)
+        self._add_all(index)
+        if index is None:  # the session's index is the worktree's (a scratch one: no record)
+            change_journal.walked(self.worktree, self.git_dir, start)
         return self._write_tree(index)
 
     def _write_tree(self, index: str | None) -> str:
-        # The session's index as the last write-tree here left it (``add`` found nothing to
-        # change): the same tree, with no git process for it — while it is still the git
-        # dir's ``last-tree``, which ``store.prune_store`` keeps (write-tree would have
-        # freshened it).
+        # The index as the last write-tree here left it (``add`` changed nothing): the same
+        # tree, no git process — while it is still ``last-tree`` (kept by ``prune_store``).
         known = index_files.written_as(self.git_dir) if index is None else None
         if known and known == self._last_tree():
             return known

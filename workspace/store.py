@@ -1,15 +1,14 @@
-"""The shared object store (``snapshots.store_path``), by object id: writing an object as a
-loose one (``write_object``, which freshens one already there), reading what the store holds
-(``object_info``, ``objects_named``, ``read_objects``: what an export and an import move), and
-deleting what no snapshot needs any more (``prune_store``, ``manage.py prune_snapshots``).
+"""The shared object store (``snapshots.store_path``), by object id (an object is written as
+a loose one by ``tree_objects.write_object``, which freshens one already there): reading what
+the store holds (``object_info``, ``objects_named``, ``read_objects``: what an export and an
+import move), and deleting what no snapshot needs any more (``prune_store``, ``manage.py
+prune_snapshots``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,27 +18,6 @@ from .git_dirs import TMP_PREFIX
 from .git_output import OBJECT_ID
 from .index_files import shared_indexes
 from .snapshots import MissingObjectError, Snapshots
-
-
-def write_object(snap: Snapshots, kind: str, body: bytes) -> str:
-    """Store an object (a ``tree``, a ``blob``, a ``commit``) as git writes a loose one: its
-    id. One the store holds already is freshened, not written again (its id is its
-    content)."""
-    raw = b"%s %d\0" % (kind.encode("ascii"), len(body)) + body
-    hexsha = hashlib.sha1(raw).hexdigest()
-    target = snap.git_dir / "objects" / hexsha[:2] / hexsha[2:]
-    try:
-        # Already there: freshen it, as git does for the objects it would write, so that
-        # ``prune_store`` sees a tree a revert is about to name as new, not as old garbage.
-        os.utime(target)
-    except FileNotFoundError:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        scratch = target.with_name(f"{TMP_PREFIX}{os.getpid()}-{hexsha[2:]}")
-        scratch.write_bytes(zlib.compress(raw))
-        os.replace(scratch, target)
-    except OSError:
-        pass  # another user's file: freshening is a courtesy to the prune, not a need
-    return hexsha
 
 
 def object_info(snap: Snapshots, shas: Iterable[str]) -> list[tuple[str, str, int]]:
@@ -129,7 +107,7 @@ def prune_store(
 
     The cutoff is what makes running beside live sessions safe, as it does for ``git prune``:
     an object a step, a revert or a fork is writing right now is newer than the cutoff, and
-    git (and ``write_object``) freshen the mtime of an object they would write again.
+    git (and ``tree_objects.write_object``) freshen the mtime of an object they would write again.
     The caller takes ``cutoff`` before it reads the database, so every object written after
     that read is young. Packs are never touched (nothing here writes one)."""
     if not store.is_dir():

@@ -3,7 +3,7 @@ tree's file list (``list_tree``) and blobs (``blobs``, an archive's entries), a 
 ``git apply`` takes (``full_diff``), commits as a mailbox that ``git am`` takes
 (``format_patch``) — both streamed, and measured before by ``changed_sizes`` — and ``git
 blame`` of a chain of commits (``blame``). The commits are the callers' own, written into
-the store with ``store.write_object``."""
+the store with ``tree_objects.write_object``."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def full_diff(snap: Snapshots, tree: str, other: str) -> Iterator[bytes]:
 
 
 def format_patch(snap: Snapshots, base: str, tip: str) -> Iterator[bytes]:
-    """The commits ``base..tip`` (written with ``store.write_object``) as a mailbox (what
+    """The commits ``base..tip`` (written with ``tree_objects.write_object``) as a mailbox (what
     ``git am`` takes), in chunks as git writes it."""
     snap.ensure()
     args = ["format-patch", "--stdout", "--binary", "--full-index", "--no-signature"]
@@ -73,7 +73,7 @@ def format_patch(snap: Snapshots, base: str, tip: str) -> Iterator[bytes]:
 
 
 def blame(snap: Snapshots, commit: str, path: str) -> list[tuple[int, int, str]]:
-    """``git blame`` of ``path`` at ``commit`` (a chain written with ``store.write_object``):
+    """``git blame`` of ``path`` at ``commit`` (a chain written with ``tree_objects.write_object``):
     ``(start, end, commit)`` for each run of lines (1-based, ``end`` included), in line
     order; what ``--incremental`` gives, without the lines themselves. ``--no-follow``:
     a file a commit adds is its own, never another one's renamed."""

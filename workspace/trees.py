@@ -7,9 +7,7 @@ from __future__ import annotations
 from . import git_output
 from .git_output import OBJECT_ID
 from .snapshots import SnapshotError, Snapshots
-from .store import write_object
-
-Entries = dict[bytes, tuple[bytes, bytes]]  # a tree's body: {name: (mode, raw id)}
+from .tree_objects import compose_entries, write_object
 
 
 def compose(snap: Snapshots, base: str, sources: dict[str, str]) -> str:
@@ -27,47 +25,7 @@ def compose(snap: Snapshots, base: str, sources: dict[str, str]) -> str:
         entries = snap.blob_entries(tree, names)
         for name in names:
             wanted[name] = entries.get(name)
-    dirs = {""}
-    for name in wanted:
-        parts = name.split("/")[:-1]
-        for i in range(1, len(parts) + 1):
-            dirs.add("/".join(parts[:i]))
-    trees = _read_trees(snap, base, sorted(dirs))
-    for name, entry in wanted.items():
-        directory, _, leaf = name.rpartition("/")
-        key = leaf.encode("utf-8", "surrogateescape")
-        if entry is None:
-            trees[directory].pop(key, None)
-        else:
-            trees[directory][key] = (entry[0].encode(), bytes.fromhex(entry[1]))
-    for directory in sorted(dirs, key=lambda d: -d.count("/") - (1 if d else 0)):
-        if not directory:
-            continue
-        parent, _, leaf = directory.rpartition("/")
-        key = leaf.encode("utf-8", "surrogateescape")
-        if trees[directory]:
-            sha = write_tree(snap, trees[directory])
-            trees[parent][key] = (b"40000", sha)
-        else:
-            trees[parent].pop(key, None)
-    return write_tree(snap, trees[""]).hex()
-
-
-def _read_trees(snap: Snapshots, base: str, dirs: list[str]) -> dict[str, Entries]:
-    """The entries of each of ``dirs`` in ``base`` (one ``cat-file --batch``); none for a
-    directory that is not there, or not a directory there."""
-    specs = "".join(f"{base}:{d}\n" if d else f"{base}\n" for d in dirs)
-    data = snap.check(["cat-file", "--batch"], input=specs.encode("utf-8", "surrogateescape"))
-    result = {}
-    for directory, record in zip(dirs, git_output.batch_objects(data, len(dirs)), strict=True):
-        tree = record is not None and record[0] == b"tree"
-        result[directory] = git_output.parse_tree(record[1]) if tree else {}
-    return result
-
-
-def write_tree(snap: Snapshots, entries: Entries) -> bytes:
-    """Store a tree object of ``entries`` (``store.write_object``): its raw id."""
-    return bytes.fromhex(write_object(snap, "tree", git_output.tree_body(entries)))
+    return compose_entries(snap, base, wanted)
 
 
 def merge_trees(snap: Snapshots, base: str, ours: str, theirs: str) -> tuple[str, list[str]]:

@@ -38,7 +38,7 @@ from core import ids, models_catalog
 from core.errors import InvalidInput
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.services.sessions import check_session_quota, imported_title
-from workspace import snapshots, store
+from workspace import snapshots, store, tree_objects
 
 from ..models import Run, run_id
 from .export import snapshot_names
@@ -252,7 +252,9 @@ def _write_files(snap: snapshots.Snapshots, plan: ImportPlan) -> str:
     worktree's tree."""
     snap.ensure()
     for item in plan.objects:
-        store.write_object(snap, item.type, item.body)  # its id is checked: the hash of its content
+        tree_objects.write_object(
+            snap, item.type, item.body
+        )  # its id is checked: the hash of its content
     root = snap.worktree
     for file in plan.files:
         target = root / file.path

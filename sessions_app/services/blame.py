@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from django.conf import settings
 
 from core.errors import InvalidInput, NotFoundError
-from workspace import snapshots, store, tree_reads
+from workspace import snapshots, tree_objects, tree_reads
 
 from ..models import Message, Part, Session
 from ..selectors import fork_point, path_ids
@@ -261,7 +261,9 @@ def _blame(snap: snapshots.Snapshots, history: History, name: str) -> list[dict]
         trees.append((change.after, change.origin))
     if history.final != trees[-1][0]:
         trees.append((history.final, None))
-    store.write_object(snap, "tree", b"")  # the root's when nothing came before: git reads it too
+    tree_objects.write_object(
+        snap, "tree", b""
+    )  # the root's when nothing came before: git reads it too
     origins: dict[str, Origin | None] = {}
     parent = None
     for index, (tree, origin) in enumerate(trees):
@@ -290,7 +292,7 @@ def _commit(
     stamp = f"{CHAIN_TIME + index} +0000"
     lines = [f"tree {tree}", *([f"parent {parent}"] if parent else [])]
     lines += [f"author {IDENT} {stamp}", f"committer {IDENT} {stamp}", "", label]
-    return store.write_object(snap, "commit", ("\n".join(lines) + "\n").encode())
+    return tree_objects.write_object(snap, "commit", ("\n".join(lines) + "\n").encode())
 
 
 def _runs(groups: Iterable[tuple[int, int, Origin | None]]) -> list[dict]:

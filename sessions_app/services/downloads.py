@@ -31,7 +31,7 @@ from itertools import pairwise
 from django.conf import settings
 
 from core.errors import InvalidInput, NotFoundError
-from workspace import skipped_files, snapshots, store, tree_reads
+from workspace import skipped_files, snapshots, store, tree_objects, tree_reads
 
 from ..models import Message, Session
 from ..selectors import active_path, files_at, fork_point
@@ -380,4 +380,4 @@ def _commit(
     lines += [f"author {ident} {stamp}", f"committer {ident} {stamp}", "", subject]
     if body:
         lines += ["", body]
-    return store.write_object(snap, "commit", ("\n".join(lines) + "\n").encode("utf-8"))
+    return tree_objects.write_object(snap, "commit", ("\n".join(lines) + "\n").encode("utf-8"))
