@@ -35,13 +35,29 @@ class Holding:
     disk: int = 0
     inodes: set[tuple[int, int]] = field(default_factory=set, repr=False)
 
-    def add(self, info: os.stat_result) -> None:
-        self.files += 1
-        self.shown += info.st_size
+    def add(self, info: os.stat_result, *, file: bool) -> None:
+        """An entry of a worktree: a regular file counts as a file it shows; every entry
+        (its directories too, which no fork can share) counts on disk, each inode once."""
+        if file:
+            self.files += 1
+            self.shown += info.st_size
         key = (info.st_dev, info.st_ino)
         if key not in self.inodes:
             self.inodes.add(key)
             self.disk += info.st_blocks * 512
+
+    @property
+    def figures(self) -> dict[str, str]:
+        """As the page shows them: counts with separators, sizes in MiB."""
+        return {
+            "files": f"{self.files:,}",
+            "shown": _mib(self.shown),
+            "disk": _mib(self.disk),
+        }
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
 
 
 def holdings() -> tuple[Holding, list[tuple[str, Holding]]]:
@@ -54,19 +70,22 @@ def holdings() -> tuple[Holding, list[tuple[str, Holding]]]:
         mine = users[owner]
         mine.sessions += 1
         overall.sessions += 1
-        for info in _files(root / session_id):
-            mine.add(info)
-            overall.add(info)
+        for info, file in _entries(root / session_id):
+            mine.add(info, file=file)
+            overall.add(info, file=file)
     return overall, sorted(users.items(), key=lambda item: -item[1].disk)
 
 
-def _files(worktree: Path):  # noqa: ANN202 - an iterator of os.stat_result
-    """The stat of each regular file beneath ``worktree`` (``worktree_usage.walk``: links
-    never followed)."""
+def _entries(worktree: Path):  # noqa: ANN202 - an iterator of (os.stat_result, bool)
+    """The stat of the worktree's directory and of each entry beneath it
+    (``worktree_usage.walk``: links never followed), and whether it is a regular file."""
+    try:
+        yield os.stat(worktree, follow_symlinks=False), False
+    except OSError:
+        return
     for _, entry in walk(worktree):
         try:
-            if entry.is_file(follow_symlinks=False):
-                yield entry.stat(follow_symlinks=False)
+            yield entry.stat(follow_symlinks=False), entry.is_file(follow_symlinks=False)
         except OSError:
             continue
 

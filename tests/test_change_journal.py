@@ -13,7 +13,7 @@ import pytest
 
 from runs_app.tools import TOOLS, ToolContext, ToolInterrupted
 from tests.support.shell import shell_on
-from workspace import change_journal, kept_usage, layers, sandbox, worktree_files
+from workspace import change_journal, kept_usage, layers, sandbox, skipped_files, worktree_files
 from workspace.snapshots import Snapshots
 from workspace.worktree_usage import worktree_usage
 
@@ -182,3 +182,24 @@ def test_the_kept_usage_follows_the_tools(snap):
     _write(snap, "keep.txt", "k")
     worktree_files.delete_file(snap.worktree, ("dir", "f3.txt"))
     assert kept_usage.read(snap.worktree) == worktree_usage(snap.worktree)
+
+
+def test_what_a_step_left_out_is_listed_from_its_paths_alone(snap, settings):
+    """``skipped`` for a step: beneath the paths the journal names, against the step's tree
+    (an empty index, not the session's), as the walk's listing says of the same files."""
+    settings.SNAPSHOT_MAX_FILE_BYTES = 100
+    (snap.worktree / "elsewhere.bin").write_bytes(b"x" * 500)  # not the step's: not listed
+    snap.track()
+    _write(snap, "node_modules/p/i.js", "x")
+    _write(snap, "big.bin", "y" * 500)
+    _write(snap, "small.txt", "z")
+    said = change_journal.pending(snap.worktree, snap.git_dir).paths
+    tree = snap.track(journal=True)
+    step = skipped_files.skipped(snap, said, tree)
+    assert step == [
+        {"path": "big.bin", "reason": "large"},
+        {"path": "node_modules/", "reason": "excluded"},
+    ]
+    everything = skipped_files.skipped(snap)
+    assert {"path": "elsewhere.bin", "reason": "large"} in everything
+    assert all(entry in everything for entry in step)

@@ -24,6 +24,7 @@ from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.models import Message, Part, Session
 from sessions_app.services import lock
+from workspace import worktree_files
 
 from .conftest import submitted, wait_until
 
@@ -293,7 +294,9 @@ def test_a_run_ended_as_abandoned_records_what_its_open_step_did_to_the_files(ow
     Part.objects.create(
         message=step, session=session, order=0, type="step-start", data={"snapshot": before}
     )
-    (session.worktree / "made.txt").write_text("by a tool before the worker died\n")
+    worktree_files.replace_file(  # the write tool's own writer (it tells the journal)
+        session.worktree, ("made.txt",), b"by a tool before the worker died\n", append=False
+    )
     Session.objects.filter(id=session.id).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -433,16 +436,16 @@ def test_ending_an_abandoned_run_runs_git_before_the_session_row_lock(owner, mon
     Part.objects.create(
         message=step, session=session, order=0, type="step-start", data={"snapshot": snap.track()}
     )
-    (session.worktree / "made.txt").write_text("x\n")
+    worktree_files.replace_file(session.worktree, ("made.txt",), b"x\n", append=False)
     Session.objects.filter(id=session.id).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
     in_transaction = []
     original = snapshots.Snapshots.track
 
-    def track(self):  # noqa: ANN001, ANN202
+    def track(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
         in_transaction.append(connection.in_atomic_block)
-        return original(self)
+        return original(self, **kwargs)
 
     monkeypatch.setattr(snapshots.Snapshots, "track", track)
     assert lifecycle.end_abandoned(Run.objects.get(id=run.id), Run.Status.CANCELLED)

@@ -59,6 +59,9 @@ def outside_state(root: Path, wt: Path) -> dict[str, tuple]:
         if Path(dirpath) == wt or wt in Path(dirpath).parents:
             dirnames[:] = []
             continue
+        # The server's own record beside the worktrees (``workspace/change_journal.py``):
+        # the paths a write changed and the worktree's size, no path the agent named.
+        dirnames[:] = [d for d in dirnames if d != ".journals"]
         for name in filenames + dirnames:
             p = Path(dirpath) / name
             if p == wt:

@@ -33,6 +33,7 @@ from pathlib import Path
 JOURNALS = ".journals"
 WALK = "/"  # a record no worktree path can be: the next snapshot walks
 MAX_PATHS = 2_000  # more paths than this: the walk costs less than git's pathspec matching
+MAX_BYTES = 128 * 1024  # and no more bytes of them (some git commands take them as arguments)
 REWRITE_BYTES = 1 << 20  # a walk starts the journal anew once it holds this much
 VERIFY_SECONDS = 600  # the verifier walks an idle session's worktree at most this often
 STATE = "journal"  # in the git dir: how far its index took the journal (and the walk's time)
@@ -87,7 +88,9 @@ def pending(worktree: Path, git_dir: Path) -> Pending:
     whole = data.rfind(b"\0") + 1  # a record still being written waits for the next one
     end = taken + whole
     found = {os.fsdecode(p) for p in data[:whole].split(b"\0") if p}
-    if WALK in found or len(found) > MAX_PATHS or any(_in_git_dir(p) for p in found):
+    if WALK in found or len(found) > MAX_PATHS or whole > MAX_BYTES:
+        return Pending(None, end)
+    if any(_in_git_dir(p) for p in found):
         return Pending(None, end)
     return Pending(_outermost(found), end)
 

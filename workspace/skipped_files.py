@@ -4,6 +4,9 @@ left out of a snapshot silently."""
 
 from __future__ import annotations
 
+import os
+import tempfile
+
 from django.conf import settings
 
 from . import git_output
@@ -11,24 +14,47 @@ from .git_names import git_refuses
 from .snapshots import Snapshots
 
 
-def skipped(snap: Snapshots) -> list[dict[str, str]]:
+def skipped(
+    snap: Snapshots, paths: list[str] | None = None, tree: str = ""
+) -> list[dict[str, str]]:
     """Files of the worktree that snapshots do not cover, and why: ``invalid-name`` (git
     refuses it), ``large`` (over ``SNAPSHOT_MAX_FILE_BYTES``), ``excluded``
-    (``SNAPSHOT_EXCLUDE``), ``ignored`` (the worktree's ``.gitignore``)."""
+    (``SNAPSHOT_EXCLUDE``), ``ignored`` (the worktree's ``.gitignore``). ``paths`` (a
+    step's, from the journal) and ``tree`` (its snapshot): only beneath those paths, listed
+    against an empty index and the tree, not the session's index (read whole by every git
+    that opens it) nor a walk of the whole worktree."""
     snap.ensure()
+    if paths is None:
+        return _skipped(snap, None, set())
+    if not paths:
+        return []
+    with tempfile.TemporaryDirectory(prefix="skipped-") as scratch:
+        covered = set(snap.blob_entries(tree, paths)) if tree else set()
+        return _skipped(snap, (os.path.join(scratch, "index"), paths), covered)
+
+
+def _skipped(
+    snap: Snapshots, within: tuple[str, list[str]] | None, covered: set[str]
+) -> list[dict[str, str]]:
+    index, paths = within if within else (None, ["."])
     result = []
     limit = settings.SNAPSHOT_MAX_FILE_BYTES
-    others = snap.git("ls-files", "--others", "-z", "--", ".")
+    # On the command line (ls-files reads no pathspec from a file): the journal's paths are
+    # bounded (``change_journal.MAX_BYTES``).
+    others = snap.git("ls-files", "--others", "-z", "--", *paths, index=index)
     for name in git_output.names(others):
+        if name in covered:
+            continue
         path = snap.worktree / name
         if git_refuses(name):
             result.append({"path": name, "reason": "invalid-name"})
         elif limit and path.is_file() and path.stat().st_size > limit:
             result.append({"path": name, "reason": "large"})
     ignored = snap.git(
-        "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z"
-    )
-    names = [n for n in ignored.split("\0") if n and n.rstrip("/") != ".git"]
+        "ls-files", "--others", "--ignored", "--exclude-standard", "--directory", "-z",
+        "--", *paths, index=index,
+    )  # fmt: skip
+    names = [n for n in ignored.split("\0") if n and n.rstrip("/") != ".git" and n not in covered]
     excluded = _excluded(snap, names)
     for name in names:
         result.append({"path": name, "reason": "excluded" if name in excluded else "ignored"})

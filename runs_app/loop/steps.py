@@ -13,7 +13,7 @@ from django.utils import timezone
 from realtime import events
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data
-from workspace import skipped_files, snapshots
+from workspace import change_journal, skipped_files, snapshots
 
 from ..providers import ProviderError
 from .errors import AwaitingApproval, ContextOverflow, LockLost
@@ -103,9 +103,11 @@ class StepPhase(LoopState):
             self.control.lost.set()
             raise LockLost()
         try:
+            # What the step's writers said they changed: its snapshot, and what it left out.
+            said = change_journal.pending(self.snap.worktree, self.snap.git_dir).paths
             after = self.snap.track(journal=True) if ran_tools else before
             changed = self.snap.patch(before, after) if after != before else []
-            skipped = skipped_files.skipped(self.snap) if changed else []
+            skipped = skipped_files.skipped(self.snap, said, after) if changed else []
         except snapshots.SnapshotError:
             log.exception("snapshot after step %s of %s failed", index, self.run.id)
             return
