@@ -1,6 +1,6 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
-sandbox, snapshots, repo, abort, fork, load, render, paint, quota, branches, api, publish,
-whole_run, chaos.
+sandbox, undo, snapshots, repo, abort, fork, load, render, paint, quota, branches, api,
+publish, whole_run, chaos.
 
 ``chaos`` (the chaos test at length: ``--minutes``, 30 by default) runs only when named with
 ``--only``; the others run by default.
@@ -35,6 +35,7 @@ BENCHES = (
     "fork",
     "load",
     "sandbox",
+    "undo",
     "render",
     "paint",
     "quota",

@@ -6,7 +6,9 @@ gives is the one a walk of the whole worktree gives."""
 from __future__ import annotations
 
 import asyncio
+import io
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -113,6 +115,8 @@ SEQUENCES = [
     ["rm -rf dir && echo file > dir", "touch t1 && rm t1", "truncate -s 100 dir"],
     ["git init -q sub && echo s > sub/s", "echo t > sub/t", "rm -rf sub/.git"],
     ["mkdir -p deep/a/b && cp -r dir deep/a/b/c", "chmod +x deep/a/b/c/f2.txt"],
+    ["echo 'build/' > .gitignore && mkdir build && echo o > build/o", "rm .gitignore"],
+    ["rm -rf dir && ln -s keep.txt dir", "rm dir && mkdir -p dir/x && echo y > dir/x/y"],
     [
         "echo l1 > \"$(printf 'caf\\351.txt')\"",
         'd="$(printf \'d\\377\')" && mkdir "$d" && touch "$d/x"',
@@ -203,3 +207,40 @@ def test_what_a_step_left_out_is_listed_from_its_paths_alone(snap, settings):
     everything = skipped_files.skipped(snap)
     assert {"path": "elsewhere.bin", "reason": "large"} in everything
     assert all(entry in everything for entry in step)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_upload_is_hashed_before_the_session_row_is_locked(api, monkeypatch):
+    """Found by the whole-run benchmark: a 50,000-file upload held a transaction open while
+    git hashed every file, past PostgreSQL's idle-in-transaction limit on a loaded machine (a
+    500). Git runs first; the row is held only to record. Its first run then snapshots from
+    the journal (the upload's index is the session's, no walk)."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+    from django.db import connection
+
+    from sessions_app.models import Session
+    from tests.conftest import run_turn
+
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for i in range(20):
+            body = f"file {i}\n".encode()
+            info = tarfile.TarInfo(f"d/f{i}.txt")
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    in_transaction = []
+    original = Snapshots.track
+
+    def track(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
+        in_transaction.append(connection.in_atomic_block)
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(Snapshots, "track", track)
+    upload = SimpleUploadedFile("files.tar", data.getvalue())
+    answer = api.post("/api/sessions/upload/", {"file": upload})
+    assert answer.status_code == 201, answer.json()
+    assert in_transaction == [False]
+    session = Session.objects.get(id=answer.json()["id"])
+    assert change_journal.pending(session.worktree, session.snapshot_dir).paths == []
+    run_turn(api, session.id, "write d/f1.txt changed")
+    assert (session.worktree / "d" / "f1.txt").read_text() == "changed"

@@ -13,7 +13,8 @@ a path and a NUL) and ``taken`` (how far the session's index has taken it in). I
 trusted only once a walk made it (``walked``): a worktree without one, a record of
 ``WALK`` (``forget``: a writer that cannot say what it changed, a command that wrote in
 place), a path inside a ``.git`` (a repository nested in the worktree, taken apart only by
-the walk), or more than ``MAX_PATHS`` paths send the next snapshot through the walk again.
+the walk), a ``.gitignore`` (what it lets in may be files no writer touched), or more than
+``MAX_PATHS`` paths send the next snapshot through the walk again.
 
 A writer that wrote without a record would go unseen by the snapshots until the verifier's
 walk (``verify``: an idle session's worktree walked at most once per ``VERIFY_SECONDS``)
@@ -90,7 +91,9 @@ def pending(worktree: Path, git_dir: Path) -> Pending:
     found = {os.fsdecode(p) for p in data[:whole].split(b"\0") if p}
     if WALK in found or len(found) > MAX_PATHS or whole > MAX_BYTES:
         return Pending(None, end)
-    if any(_in_git_dir(p) for p in found):
+    if any(_in_git_dir(p) or p.rpartition("/")[2] == ".gitignore" for p in found):
+        # A nested repository is taken apart by the walk; a changed .gitignore may let in
+        # (or leave out) files no writer touched.
         return Pending(None, end)
     return Pending(_outermost(found), end)
 

@@ -13,9 +13,11 @@ from pathlib import Path
 
 from django.conf import settings
 
+from . import change_journal
 from .git_dirs import TMP_PREFIX
 from .git_names import git_refuses
-from .snapshots import Snapshots
+from .index_files import claim_index, holding_index
+from .snapshots import SnapshotError, Snapshots
 
 PACK_NAME = re.compile(r"pack-[0-9a-f]{40,64}\.(?:pack|idx|rev)")
 
@@ -139,3 +141,18 @@ def _copy_regular(source: Path, target: Path) -> None:
         except BaseException:
             scratch.unlink(missing_ok=True)
             raise
+
+
+def adopt(snap: Snapshots, index: str, tree: str) -> None:
+    """Make ``index`` (a file in ``snap``'s git dir: a snapshot of the same files taken
+    before they were moved into the worktree, ``repo_import``) the session's index, and
+    ``tree`` its last snapshot; the worktree's journal starts from it (its files are the
+    index's: a rename of their folder changes none of their stat data)."""
+    wait = settings.SNAPSHOT_GIT_TIMEOUT_SECONDS
+    start = change_journal.size(snap.worktree)
+    with holding_index(snap.git_dir, wait) as held:
+        if not held or not claim_index(snap.git_dir):
+            raise SnapshotError(f"the index is still in use after {wait:g}s")
+        os.replace(index, snap.git_dir / "index")
+        (snap.git_dir / "last-tree").write_text(tree)
+        change_journal.walked(snap.worktree, snap.git_dir, start)

@@ -19,6 +19,7 @@ The request itself is checked first (``repo_checks.check_repository``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -248,7 +249,39 @@ def _finish(
     session_id: str, job: str | None, tree: Path, source: dict, text: str, *, seed: bool
 ) -> Session:
     """Move ``tree`` in as the session's worktree and record it as the first history event,
-    holding the session row; with ``job``, only while that job still holds the busy lock."""
+    holding the session row; with ``job``, only while that job still holds the busy lock.
+    Git hashes the files before the row is locked (``_snapshot_staged``): a tree of 50,000
+    files held a transaction open longer than PostgreSQL lets one idle."""
+    after, index = _snapshot_staged(session_id, job, tree, seed=seed)
+    try:
+        return _record_tree(session_id, job, tree, source, text, after, index)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(index)
+
+
+def _snapshot_staged(
+    session_id: str, job: str | None, tree: Path, *, seed: bool
+) -> tuple[str, str]:
+    """The staged tree's snapshot, its objects in the store and its index in a scratch file
+    beside the git dir (the session's own index is not written before the row is held): the
+    tree id and that file. A clone's index and packs are seeded first (the job holds the
+    session: nothing else writes its git dir)."""
+    session = Session.objects.get(id=session_id)
+    staged = dataclasses.replace(snapshots.for_session(session), worktree=tree)
+    staged.ensure()
+    if seed and job is not None:
+        _seed(staged, tree / ".git")
+    index = str(staged.git_dir / f"index.staged-{os.getpid()}-{time.monotonic_ns()}")
+    seeded = staged.git_dir / "index"
+    if seed and job is not None and seeded.is_file():
+        shutil.copy2(seeded, index)
+    return staged.track(index=index), index
+
+
+def _record_tree(
+    session_id: str, job: str | None, tree: Path, source: dict, text: str, after: str, index: str
+) -> Session:
     with transaction.atomic():
         locked = lock.lock_session(session_id)
         if job is not None and locked.busy_run_id != job:
@@ -261,10 +294,7 @@ def _finish(
             worktree.rmdir()  # the empty worktree made with the session
         os.rename(tree, worktree)
         try:
-            snap.ensure()
-            if seed:
-                _seed(snap, worktree / ".git")
-            after = snap.track()
+            seeding.adopt(snap, index, after)
             files = snap.patch(snapshots.EMPTY_TREE, after)
             message = Message.objects.create(
                 session=locked, role=Message.Role.USER, completed_at=timezone.now()
@@ -281,28 +311,41 @@ def _finish(
                 for i, (t, body, data) in enumerate(rows)
             )
             message.loaded_parts = list(message.parts.order_by("order"))
-            locked.head = message
-            locked.source = source
-            locked.summary = changes_summary(snap, path_start([message]), after)
-            release = {"status": Session.Status.IDLE, "busy_run_id": None, "lease_expires_at": None}
-            fenced = Session.objects.filter(id=session_id, busy_run_id=job) if job else None
-            if fenced is not None and fenced.update(**release) != 1:
-                raise repos.RepoCancelled("The session was taken over.")
-            for name, value in release.items():
-                setattr(locked, name, value)
-            locked.save(update_fields=["head", "source", "summary", "updated_at"])
-            HistoryEvent.objects.create(
-                session=locked,
-                kind=kind if kind == "upload" else "clone",
-                data={k: v for k, v in source.items() if k != "credential_id"}
-                | {"message_id": message.id, "snapshot": after},
-            )
+            _release(locked, job, source, message, snap, after)
         except BaseException:
             # Nothing is recorded: the files go too, and the worktree is empty again.
             emptied(worktree)
             raise
         events.publish_on_commit(session_id, events.SESSION_UPDATED, session=session_data(locked))
     return locked
+
+
+def _release(
+    locked: Session,
+    job: str | None,
+    source: dict,
+    message: Message,
+    snap,
+    after: str,  # noqa: ANN001
+) -> None:
+    """The session idle with the files as its head, and the history event."""
+    locked.head = message
+    locked.source = source
+    locked.summary = changes_summary(snap, path_start([message]), after)
+    release = {"status": Session.Status.IDLE, "busy_run_id": None, "lease_expires_at": None}
+    fenced = Session.objects.filter(id=locked.id, busy_run_id=job) if job else None
+    if fenced is not None and fenced.update(**release) != 1:
+        raise repos.RepoCancelled("The session was taken over.")
+    for name, value in release.items():
+        setattr(locked, name, value)
+    locked.save(update_fields=["head", "source", "summary", "updated_at"])
+    kind = source.get("type", "git")
+    HistoryEvent.objects.create(
+        session=locked,
+        kind=kind if kind == "upload" else "clone",
+        data={k: v for k, v in source.items() if k != "credential_id"}
+        | {"message_id": message.id, "snapshot": after},
+    )
 
 
 def _seed(snap: snapshots.Snapshots, git_dir: Path) -> None:
