@@ -55,11 +55,25 @@ def _timed(owner: Any, name: str, spent: list[float]) -> Any:
 def run(*, quick: bool) -> dict[str, Any]:
     from django.conf import settings
 
+    files, repeat = (5_000, 5) if quick else (50_000, 9)
+    saved = {
+        k: getattr(settings, k)
+        for k in ("AGENT_ALLOW_SHELL", "AGENT_SHELL_SANDBOX", "AGENT_SHELL_OVERLAY")
+    }
+    try:
+        return _run(files, repeat)
+    finally:
+        for name, value in saved.items():  # the benchmarks after this one see the settings
+            setattr(settings, name, value)
+
+
+def _run(files: int, repeat: int) -> dict[str, Any]:
+    from django.conf import settings
+
     from runs_app.tools import TOOLS, ToolContext, ToolError
     from workspace import kept_usage, sandbox, worktree_undo, worktree_usage
     from workspace.snapshots import Snapshots
 
-    files, repeat = (5_000, 5) if quick else (50_000, 9)
     settings.AGENT_ALLOW_SHELL = True
     settings.AGENT_SHELL_SANDBOX = "bwrap"
     reason = sandbox.unavailable_reason()

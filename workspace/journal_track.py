@@ -30,7 +30,7 @@ from django.conf import settings
 
 from . import git_output, snapshot_add, worktree_paths
 from .index_files import staged_entries
-from .tree_objects import compose_entries
+from .tree_objects import Entries, ancestors, compose_entries, read_trees, write_object
 
 
 class Snapshots(snapshot_add.Snapshots, Protocol):
@@ -45,28 +45,104 @@ class Snapshots(snapshot_add.Snapshots, Protocol):
 def track_paths(snap: Snapshots, last: str, paths: list[str]) -> str:
     """The tree that is ``last`` with ``paths`` (files or directories) as the worktree holds
     them now."""
-    old = snap.blob_entries(last, paths)
+    trees = read_trees(snap, last, sorted(ancestors(paths)))
+    old = _beneath(snap, last, paths, trees)
+    wanted: dict[str, tuple[str, str] | None] = dict.fromkeys(old)
+    # A file the last snapshot holds, a file still (or a link): hashed here, no git (no
+    # ignore rule applies to a tracked file). Anything else goes through git's ``add``.
+    known = {"": True}
+    rest = []
+    for path in paths:
+        entry = _tracked(snap, path, old, known) if path in old else None
+        if entry is not None:
+            wanted[path] = entry if entry[0] else None
+        elif path in old or worktree_paths.present(snap.worktree, path, known):
+            rest.append(path)
+        elif any(name.startswith(path + "/") for name in old):
+            rest.append(path)  # a folder of the last snapshot, gone: its files leave
+    if rest:
+        wanted.update(_added(snap, rest, old))
+    return compose_entries(snap, last, wanted, trees)
+
+
+def _tracked(
+    snap: Snapshots, path: str, old: dict[str, tuple[str, str]], known: dict[str, bool]
+) -> tuple[str, str] | None:
+    """The entry of ``path`` (a file of the last snapshot) as it is now: ``("", "")`` for
+    none (gone, or over ``SNAPSHOT_MAX_FILE_BYTES``); None when git must look (it is a
+    folder now, or something else)."""
+    if not worktree_paths.present(snap.worktree, path, known):
+        return ("", "") if path in old else None
+    full = snap.worktree / path
+    try:
+        info = os.lstat(full)
+        if stat.S_ISLNK(info.st_mode):
+            return "120000", write_object(snap, "blob", os.fsencode(os.readlink(full)))
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        limit = settings.SNAPSHOT_MAX_FILE_BYTES
+        if limit and info.st_size > limit:
+            return ("", "")  # large files stay out of snapshots (``skipped`` reports them)
+        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        opened = os.fstat(fh.fileno())
+        if not stat.S_ISREG(opened.st_mode):
+            return None
+        data = fh.read()
+    mode = "100755" if opened.st_mode & stat.S_IXUSR else "100644"
+    return mode, write_object(snap, "blob", data)
+
+
+def _added(
+    snap: Snapshots, paths: list[str], old: dict[str, tuple[str, str]]
+) -> dict[str, tuple[str, str] | None]:
+    """``paths`` (new ones, folders) through git's ``add`` in a scratch index seeded with
+    what the last snapshot holds beneath them: their entries now."""
+    prefixes = tuple(p + "/" for p in paths)
+    seeded = {n: e for n, e in old.items() if n in paths or n.startswith(prefixes)}
     with tempfile.TemporaryDirectory(prefix="journal-") as scratch:
         index = os.path.join(scratch, "index")
-        if old:
+        if seeded:
             info = b"".join(
                 f"{mode} {sha}\t".encode() + name.encode("utf-8", "surrogateescape") + b"\0"
-                for name, (mode, sha) in old.items()
+                for name, (mode, sha) in seeded.items()
             )
             snap.check(["update-index", "-z", "--index-info"], input=info, index=index)
         snapshot_add.add_paths(snap, paths, index)
-        new = {
-            name: entry
-            for name, entry in staged_entries(Path(index)).items()
-            if entry[0] != git_output.GITLINK  # none is left (``add_all``), none is taken
-        }
+        new = staged_entries(Path(index))
     limit = settings.SNAPSHOT_MAX_FILE_BYTES
-    wanted: dict[str, tuple[str, str] | None] = dict.fromkeys(old)
+    found: dict[str, tuple[str, str] | None] = dict.fromkeys(seeded)
     for name, entry in new.items():
+        if entry[0] == git_output.GITLINK:
+            continue  # none is left (``add_all``), none is taken
         if limit and entry[0] != "120000" and _size(snap, name) > limit:
             continue  # large files stay out of snapshots (``skipped`` reports them)
-        wanted[name] = entry
-    return compose_entries(snap, last, wanted)
+        found[name] = entry
+    return found
+
+
+def _beneath(
+    snap: Snapshots, last: str, paths: list[str], trees: dict[str, Entries]
+) -> dict[str, tuple[str, str]]:
+    """``{path: (mode, id)}`` of the files ``last`` holds at or beneath ``paths``: a file's
+    entry read from its folder's tree (read already, for the new tree); a folder's files
+    listed by git (``ls-tree -r``) only when a path names a folder."""
+    old: dict[str, tuple[str, str]] = {}
+    folders = []
+    for path in paths:
+        parent, _, leaf = path.rpartition("/")
+        entry = trees.get(parent, {}).get(leaf.encode("utf-8", "surrogateescape"))
+        if entry is None:
+            continue
+        if entry[0] == b"40000":
+            folders.append(path)
+        elif entry[0] != b"160000":
+            old[path] = (entry[0].decode("ascii"), entry[1].hex())
+    if folders:
+        old.update(snap.blob_entries(last, folders))
+    return old
 
 
 def usable(snap: Snapshots, paths: list[str]) -> bool:

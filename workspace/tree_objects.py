@@ -8,7 +8,7 @@ from __future__ import annotations
 import hashlib
 import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -41,26 +41,35 @@ def write_object(snap: Store, kind: str, body: bytes) -> str:
         # ``prune_store`` sees a tree a revert is about to name as new, not as old garbage.
         os.utime(target)
     except FileNotFoundError:
-        target.parent.mkdir(parents=True, exist_ok=True)
         scratch = target.with_name(f"{TMP_PREFIX}{os.getpid()}-{hexsha[2:]}")
-        scratch.write_bytes(zlib.compress(raw))
+        data = zlib.compress(raw)
+        try:
+            scratch.write_bytes(data)
+        except FileNotFoundError:  # the first object of its fan-out folder
+            target.parent.mkdir(parents=True, exist_ok=True)
+            scratch.write_bytes(data)
         os.replace(scratch, target)
     except OSError:
         pass  # another user's file: freshening is a courtesy to the prune, not a need
     return hexsha
 
 
-def compose_entries(snap: Store, base: str, wanted: dict[str, tuple[str, str] | None]) -> str:
+def compose_entries(
+    snap: Store,
+    base: str,
+    wanted: dict[str, tuple[str, str] | None],
+    read: dict[str, Entries] | None = None,
+) -> str:
     """The tree that is ``base`` with each file of ``wanted`` as given: ``(mode, id)``, or
-    None for no file there. Only the trees on those paths are read and written."""
+    None for no file there. Only the trees on those paths are read and written (``read``:
+    those of them the caller read already, ``read_trees``; they are changed here)."""
     if not wanted:
         return base
-    dirs = {""}
-    for name in wanted:
-        parts = name.split("/")[:-1]
-        for i in range(1, len(parts) + 1):
-            dirs.add("/".join(parts[:i]))
-    trees = _read_trees(snap, base, sorted(dirs))
+    dirs = ancestors(wanted)
+    trees = dict(read or {})
+    missing = sorted(d for d in dirs if d not in trees)
+    if missing:
+        trees.update(read_trees(snap, base, missing))
     for name, entry in wanted.items():
         directory, _, leaf = name.rpartition("/")
         key = leaf.encode("utf-8", "surrogateescape")
@@ -81,7 +90,17 @@ def compose_entries(snap: Store, base: str, wanted: dict[str, tuple[str, str] | 
     return write_tree(snap, trees[""]).hex()
 
 
-def _read_trees(snap: Store, base: str, dirs: list[str]) -> dict[str, Entries]:
+def ancestors(paths: Iterable[str]) -> set[str]:
+    """The directories ``paths`` lie in, each with its own ("" the root)."""
+    dirs = {""}
+    for name in paths:
+        parts = name.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            dirs.add("/".join(parts[:i]))
+    return dirs
+
+
+def read_trees(snap: Store, base: str, dirs: list[str]) -> dict[str, Entries]:
     """The entries of each of ``dirs`` in ``base`` (one ``cat-file --batch``); none for a
     directory that is not there, or not a directory there."""
     specs = "".join(f"{base}:{d}\n" if d else f"{base}\n" for d in dirs)
