@@ -395,7 +395,7 @@ def measure_fork(clone: Path, snap, work: Path) -> dict[str, Any]:  # noqa: ANN0
 
     tree = snap.track()
     source = du(clone) - du(clone / ".git")
-    known = _inodes(clone)
+    known = _inodes(clone) | _inodes(snap.git_dir)  # the source session: its files, its git dir
     out: dict[str, Any] = {"worktree_bytes": source}
     for way in ("copy", "links"):
         fork = Snapshots(git_dir=work / "fork.git", worktree=work / "fork-wt", objects=snap.objects)
@@ -423,7 +423,7 @@ def measure_many_forks(clone: Path, snap, work: Path, count: int) -> dict[str, A
 
     tree = snap.track()
     session = du(clone) - du(clone / ".git")
-    known = _inodes(clone)
+    known = _inodes(clone) | _inodes(snap.git_dir)  # the source session: its files, its git dir
     dirs = sum(1 for p in clone.rglob("*") if p.is_dir() and ".git" not in p.parts) + 1
     made, start = [], time.perf_counter()
     for i in range(count):

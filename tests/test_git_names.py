@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from runs_app.tools import TOOLS, ToolContext, ToolError
 from sessions_app.models import Session
 from tests.conftest import run_turn
+from tests.support.planting import planted
 from workspace import snapshots
 from workspace.git_names import git_refuses
 
@@ -109,6 +110,7 @@ def test_a_session_with_such_a_file_keeps_working(api):
     for name in (".GIT/config", "git~1/x", ".git./y"):
         (worktree / name).parent.mkdir(exist_ok=True)
         (worktree / name).write_text("[core]\n\tworktree = /\n")
+    planted(worktree)
     run_turn(api, sid, "write a.txt two\nwrite b.txt new")
     diff = api.get(f"/api/sessions/{sid}/diff/")
     assert diff.status_code == 200
