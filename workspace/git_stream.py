@@ -18,7 +18,23 @@ import selectors
 import signal
 import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+
+# Commands that read objects alone: run against an index file that does not exist (an empty
+# index). Git reads the index whenever there is one, diff-tree and ls-tree included: 3.4 MB
+# at 50,000 files, 10-15 ms of every call (issue 43).
+OBJECTS_ONLY = frozenset(
+    {"diff-tree", "ls-tree", "cat-file", "merge-tree", "rev-list", "blame", "archive",
+     "format-patch", "log", "show", "commit-tree", "mktree", "for-each-ref"}
+)  # fmt: skip
+
+
+def objects_only(args: Sequence[str]) -> bool:
+    """Whether ``args`` (git's, after its global options) run a command of ``OBJECTS_ONLY``."""
+    rest = list(args)
+    while rest and rest[0].startswith("-"):
+        rest = rest[2:] if rest[0] == "-c" else rest[1:]
+    return bool(rest) and rest[0] in OBJECTS_ONLY
 
 
 def collect(

@@ -37,11 +37,9 @@ cannot have the index within ``INDEX_WAIT_SECONDS`` snapshots in a scratch copy 
 Readers beside the loop (diffs, previews, shares) use ``peek`` or read objects only, which are
 immutable; a fork writes only its new git dir.
 
-Around this module, in ``workspace``: what needs git takes a ``Snapshots`` — ``store`` (the
-shared object store by id: write, read, prune), ``trees`` (compose, merge), ``tree_reads``
-(what downloads, shares and blame read), ``skipped_files``, ``seeding``; what needs no git
-is called from here — ``git_output`` (what git prints), ``git_dirs`` (the git dir's files),
-``index_files`` (the index's claim and bytes), ``worktree_paths`` (checkout's writes).
+Around it, in ``workspace``: ``store``, ``trees``, ``tree_reads``, ``skipped_files``,
+``seeding`` take a ``Snapshots``; ``journal_track`` (a snapshot from the journal),
+``git_output``, ``git_dirs``, ``index_files``, ``worktree_paths`` are called from here.
 """
 
 from __future__ import annotations
@@ -151,6 +149,8 @@ class Snapshots:
     worktree: Path
     objects: Path | None = None  # a shared object store (``git_dir/objects`` links to it)
 
+    _no_index = property(lambda self: str(self.git_dir / "index.none"))  # an empty index
+
     def _env(self, index: str | None = None) -> dict[str, str]:
         """Git's whole environment: nothing of the server's (its secrets, its ``GIT_*``)."""
         env = {
@@ -220,7 +220,7 @@ class Snapshots:
             proc = subprocess.Popen(
                 [git, *GIT_FLAGS, *SCALE_FLAGS, *(SCRATCH_FLAGS if index else ()), *args],
                 cwd=self.worktree,
-                env=self._env(index),
+                env=self._env(index or (self._no_index if git_stream.objects_only(args) else None)),
                 stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
