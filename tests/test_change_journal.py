@@ -114,6 +114,7 @@ SEQUENCES = [
     ["mkdir -p node_modules/p && echo x > node_modules/p/i.js", "echo y > 'a b*'"],
     ["rm -rf dir && echo file > dir", "touch t1 && rm t1", "truncate -s 100 dir"],
     ["git init -q sub && echo s > sub/s", "echo t > sub/t", "rm -rf sub/.git"],
+    ["git init -q . && git add keep.txt && echo x > keep.txt", "rm -rf .git && echo y > y"],
     ["mkdir -p deep/a/b && cp -r dir deep/a/b/c", "chmod +x deep/a/b/c/f2.txt"],
     ["echo 'build/' > .gitignore && mkdir build && echo o > build/o", "rm .gitignore"],
     ["rm -rf dir && ln -s keep.txt dir", "rm dir && mkdir -p dir/x && echo y > dir/x/y"],
@@ -244,3 +245,12 @@ def test_an_upload_is_hashed_before_the_session_row_is_locked(api, monkeypatch):
     assert change_journal.pending(session.worktree, session.snapshot_dir).paths == []
     run_turn(api, session.id, "write d/f1.txt changed")
     assert (session.worktree / "d" / "f1.txt").read_text() == "changed"
+
+
+def test_the_worktrees_own_git_dir_is_no_reason_to_walk(snap):
+    """A cloned session's agent runs git in its worktree: what git writes in the worktree's
+    own ``.git`` is never snapshotted, so it asks for no walk; a nested one does."""
+    change_journal.record(snap.worktree, [".git/index", ".git", "a.txt"])
+    assert change_journal.pending(snap.worktree, snap.git_dir).paths == ["a.txt"]
+    change_journal.record(snap.worktree, ["sub/.git/index"])
+    assert change_journal.pending(snap.worktree, snap.git_dir).paths is None

@@ -79,3 +79,22 @@ def test_a_busy_session_is_left_for_a_later_sweep(api, monkeypatch):
     assert verify.verify_session(sid) is None
     assert Message.objects.filter(session_id=sid).count() == messages
     assert verify.verify_due() == {}
+
+
+def test_a_deleted_session_is_never_due_and_leaves_no_journal(api, monkeypatch):
+    sid = new_session(api)
+    run_turn(api, sid, "write a.txt one")
+    session = Session.objects.get(id=sid)
+    monkeypatch.setattr(change_journal, "VERIFY_SECONDS", 0)
+    monkeypatch.setattr(verify, "IDLE_SECONDS", 0)
+    (session.worktree / "planted.txt").write_text("x\n")
+    time.sleep(0.01)
+    assert sid in verify.due()
+    assert api.delete(f"/api/sessions/{sid}/").status_code == 204
+    assert verify.due() == [] and verify.verify_due() == {}
+    assert not change_journal.home(session.worktree).exists()
+    # A journal a crash left behind (the row gone first): the sweep removes it, once.
+    change_journal.home(session.worktree).mkdir(parents=True)
+    (change_journal.home(session.worktree) / "paths").write_bytes(b"a\0")
+    assert verify.verify_due() == {}
+    assert not change_journal.home(session.worktree).exists()

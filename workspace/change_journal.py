@@ -89,6 +89,9 @@ def pending(worktree: Path, git_dir: Path) -> Pending:
     whole = data.rfind(b"\0") + 1  # a record still being written waits for the next one
     end = taken + whole
     found = {os.fsdecode(p) for p in data[:whole].split(b"\0") if p}
+    # The worktree's own .git (a cloned repository's, the agent's git commands): never in a
+    # snapshot, so nothing to take; a .git deeper down is a nested repository (below).
+    found = {p for p in found if p != ".git" and not p.startswith(".git/")}
     if WALK in found or len(found) > MAX_PATHS or whole > MAX_BYTES:
         return Pending(None, end)
     if any(_in_git_dir(p) or p.rpartition("/")[2] == ".gitignore" for p in found):

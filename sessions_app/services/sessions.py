@@ -12,7 +12,7 @@ from django.utils import timezone
 from core.errors import ConflictError, InvalidInput, NotFoundError, SessionBusyError
 from quotas_app import services as quotas
 from realtime import events
-from workspace import snapshots
+from workspace import change_journal, snapshots
 
 from ..models import HistoryEvent, Message, Session
 from ..selectors import active_path, files_at, session_data
@@ -160,6 +160,7 @@ def delete_session(*, session: Session) -> None:
         locked.delete()
     shutil.rmtree(worktree, ignore_errors=True)
     shutil.rmtree(snapshot_dir, ignore_errors=True)
+    change_journal.remove(worktree)
 
 
 def newest_leaf(message: Message) -> Message:

@@ -20,7 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from core.errors import SessionBusyError
+from core.errors import NotFoundError, SessionBusyError
 from realtime import events
 from workspace import change_journal, snapshots
 
@@ -80,7 +80,10 @@ def verify_session(session_id: str) -> list[str] | None:
     with transaction.atomic():
         try:
             locked = lock.lock_idle_session(session_id)
-        except (SessionBusyError, Session.DoesNotExist):
+        except SessionBusyError:
+            return None
+        except NotFoundError:  # deleted: its journal goes too (it is never due again)
+            change_journal.remove(Path(settings.WORKSPACE_ROOT) / session_id)
             return None
         if locked.revert or locked.status == Session.Status.PREPARING:
             return None
