@@ -254,3 +254,14 @@ def test_the_worktrees_own_git_dir_is_no_reason_to_walk(snap):
     assert change_journal.pending(snap.worktree, snap.git_dir).paths == ["a.txt"]
     change_journal.record(snap.worktree, ["sub/.git/index"])
     assert change_journal.pending(snap.worktree, snap.git_dir).paths is None
+
+
+def test_a_journal_taken_whole_starts_anew_past_its_size(snap, monkeypatch):
+    monkeypatch.setattr(change_journal, "REWRITE_BYTES", 64)
+    for i in range(10):
+        _write(snap, f"n{i}.txt", "x")
+    tree = snap.track(journal=True)
+    assert change_journal.size(snap.worktree) == 0, "started anew"
+    _write(snap, "after.txt", "y")
+    assert change_journal.pending(snap.worktree, snap.git_dir).paths == ["after.txt"]
+    assert "n9.txt" in _files(snap, tree) and snap.track(journal=True) == snap.peek()

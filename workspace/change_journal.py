@@ -110,7 +110,12 @@ def size(worktree: Path) -> int:
 
 
 def took(worktree: Path, git_dir: Path, end: int) -> None:
-    """The index took the journal up to ``end``."""
+    """The snapshots took the journal up to ``end``; all of it, past ``REWRITE_BYTES``: it
+    starts anew (a long run that never walks does not grow it without end)."""
+    journal = home(worktree) / "paths"
+    if end >= REWRITE_BYTES and size(worktree) == end:
+        _write(journal, "")
+        end = 0
     _write(git_dir / STATE, f"{end} {identity(worktree)} {last_walk(git_dir)}")
 
 
