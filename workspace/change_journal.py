@@ -7,14 +7,17 @@ appends those paths here, and ``Snapshots.track`` gives git's index those paths 
 (``journal_track``) instead of a walk of every file: a step that changes 10 files
 of 50,000 costs what 10 files cost.
 
-The journal of a worktree is ``<WORKSPACE_ROOT>/.journals/<worktree name>/``, outside every
-worktree (no command sees it): ``paths`` (appended to, never rewritten in place: each record
-a path and a NUL) and ``taken`` (how far the session's index has taken it in). It is
-trusted only once a walk made it (``walked``): a worktree without one, a record of
-``WALK`` (``forget``: a writer that cannot say what it changed, a command that wrote in
-place), a path inside a ``.git`` (a repository nested in the worktree, taken apart only by
-the walk), a ``.gitignore`` (what it lets in may be files no writer touched), or more than
-``MAX_PATHS`` paths send the next snapshot through the walk again.
+The journal of a worktree is ``<WORKSPACE_ROOT>/.journals/<worktree name>/paths``, outside
+every worktree (no command sees it): appended to, never rewritten in place, each record a
+path and a NUL (started anew only once taken whole, past ``REWRITE_BYTES``). How far the
+snapshots took it is kept in the session's git dir (``journal``, with the worktree's inode
+and the last walk's time), so a git dir made anew trusts nothing of an old journal. It is
+trusted only once a walk made it (``walked``); a record of ``WALK`` (``forget``: a writer that
+cannot say what it changed, a command that wrote in place), a path inside a nested ``.git``
+(a repository in the worktree, taken apart only by the walk; the worktree's own ``.git`` is
+never snapshotted and is left out), a ``.gitignore`` (what it lets in may be files no writer
+touched), more than ``MAX_PATHS`` paths or ``MAX_BYTES`` of them send the next snapshot
+through the walk again.
 
 A writer that wrote without a record would go unseen by the snapshots until the verifier's
 walk (``verify``: an idle session's worktree walked at most once per ``VERIFY_SECONDS``)
