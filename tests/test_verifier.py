@@ -44,6 +44,7 @@ def test_what_no_writer_said_is_found_by_the_verifier_and_recorded_as_a_step(api
     assert verify.due() == [], "walked just now (the session's first snapshot)"
     monkeypatch.setattr(change_journal, "VERIFY_SECONDS", 0)
     monkeypatch.setattr(verify, "IDLE_SECONDS", 0)
+    monkeypatch.setattr(verify, "SWEEP_SECONDS", 0)
     time.sleep(0.01)
     assert sid in verify.due()
     assert verify.verify_due() == {sid: ["planted.txt"]}
@@ -72,6 +73,7 @@ def test_a_busy_session_is_left_for_a_later_sweep(api, monkeypatch):
     messages = Message.objects.filter(session_id=sid).count()
     monkeypatch.setattr(change_journal, "VERIFY_SECONDS", 0)
     monkeypatch.setattr(verify, "IDLE_SECONDS", 0)
+    monkeypatch.setattr(verify, "SWEEP_SECONDS", 0)
     # A run holds it (its lease live): no walk, no row, the files as they are.
     Session.objects.filter(id=sid).update(
         busy_run_id="run_elsewhere", lease_expires_at=timezone.now() + timedelta(minutes=1)
@@ -87,6 +89,7 @@ def test_a_deleted_session_is_never_due_and_leaves_no_journal(api, monkeypatch):
     session = Session.objects.get(id=sid)
     monkeypatch.setattr(change_journal, "VERIFY_SECONDS", 0)
     monkeypatch.setattr(verify, "IDLE_SECONDS", 0)
+    monkeypatch.setattr(verify, "SWEEP_SECONDS", 0)
     (session.worktree / "planted.txt").write_text("x\n")
     time.sleep(0.01)
     assert sid in verify.due()

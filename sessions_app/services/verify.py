@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 IDLE_SECONDS = 60  # nothing written for this long: the session is idle
 SESSIONS_PER_SWEEP = 20
+SWEEP_SECONDS = 60.0  # a process looks for due worktrees at most this often
+_last_sweep = -SWEEP_SECONDS
 FILES_NAMED = 5
 
 
@@ -51,7 +53,11 @@ def due(now: float | None = None) -> list[str]:
             written = os.stat(root / change_journal.JOURNALS / name / "paths").st_mtime
         except OSError:
             continue
-        walked = change_journal.last_walk(root / ".snapshots" / f"{name}.git")
+        git_dir = root / ".snapshots" / f"{name}.git"
+        if not git_dir.is_dir():  # the session is gone: its journal goes, no row is asked
+            change_journal.remove(root / name)
+            continue
+        walked = change_journal.last_walk(git_dir)
         due_walk = now - walked >= change_journal.VERIFY_SECONDS
         if written > walked and due_walk and now - written >= IDLE_SECONDS:
             found.append(name)
@@ -61,7 +67,13 @@ def due(now: float | None = None) -> list[str]:
 
 
 def verify_due() -> dict[str, list[str]]:
-    """Walk the worktrees that are due (``due``): the files found changed, by session."""
+    """Walk the worktrees that are due (``due``): the files found changed, by session. At
+    most once per ``SWEEP_SECONDS`` in a process (the sweep that calls it runs every half
+    lease)."""
+    global _last_sweep
+    if time.monotonic() - _last_sweep < SWEEP_SECONDS:
+        return {}
+    _last_sweep = time.monotonic()
     found = {}
     for session_id in due():
         try:
