@@ -28,7 +28,7 @@ from typing import Protocol
 
 from django.conf import settings
 
-from . import git_output, snapshot_add, worktree_paths
+from . import git_output, snapshot_add, worktree_files, worktree_paths
 from .index_files import staged_entries
 from .tree_objects import Entries, ancestors, compose_entries, read_trees, write_object
 
@@ -83,8 +83,9 @@ def _tracked(
         limit = settings.SNAPSHOT_MAX_FILE_BYTES
         if limit and info.st_size > limit:
             return ("", "")  # large files stay out of snapshots (``skipped`` reports them)
-        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+        # By descriptor, one component at a time, no link followed (``worktree_files``).
+        fd, _ = worktree_files.open_entry(snap.worktree, tuple(path.split("/")))
+    except (OSError, worktree_files.PathRefused):
         return None
     with os.fdopen(fd, "rb") as fh:
         opened = os.fstat(fh.fileno())
