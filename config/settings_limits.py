@@ -92,3 +92,7 @@ IMPORT_MAX_MESSAGES = int(os.environ.get("IMPORT_MAX_MESSAGES", "10000"))
 IMPORT_MAX_PARTS = int(os.environ.get("IMPORT_MAX_PARTS", "100000"))
 IMPORT_MAX_FILES = int(os.environ.get("IMPORT_MAX_FILES", "10000"))
 IMPORT_MAX_OBJECTS = int(os.environ.get("IMPORT_MAX_OBJECTS", "100000"))
+# Sessions cloned from the same commit share one checkout's files by hard link
+# (workspace/shared_checkouts.py, where shell commands write into layers): a checkout unused
+# for this many days is dropped (0: clones never share files).
+SHARED_CHECKOUT_KEEP_DAYS = float(os.environ.get("SHARED_CHECKOUT_KEEP_DAYS", "7"))

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from sessions_app.models import Session
 from sessions_app.services import verify
+from workspace import shared_checkouts
 
 from . import lifecycle, runtime
 from .models import Run
@@ -46,7 +47,8 @@ _sweeper_pid = 0
 
 def start_sweeper() -> None:
     """A daemon thread that runs ``requeue_expired`` every half lease, once per process, and
-    the verifier of idle worktrees (``verify.verify_due``)."""
+    the verifier of idle worktrees (``verify.verify_due``) and the sweep of the checkouts clones
+    share (``shared_checkouts.sweep_due``)."""
     global _sweeper_pid
     if _sweeper_pid == os.getpid():
         return
@@ -67,6 +69,10 @@ def start_sweeper() -> None:
                 log.exception("the verifier's sweep failed")
             finally:
                 connection.close()
+            try:
+                shared_checkouts.sweep_due()  # checkouts clones share, unused for days
+            except Exception:
+                log.exception("the sweep of shared checkouts failed")
             time.sleep(interval)
 
     threading.Thread(target=sweep, name="stale-run-sweeper", daemon=True).start()

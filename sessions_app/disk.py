@@ -18,6 +18,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from workspace import shared_checkouts
 from workspace.sandbox import workspaces
 from workspace.worktree_usage import walk
 
@@ -33,6 +34,7 @@ class Holding:
     files: int = 0
     shown: int = 0
     disk: int = 0
+    kept: int = 0  # of ``disk``: what only the checkouts clones share hold
     inodes: set[tuple[int, int]] = field(default_factory=set, repr=False)
 
     def add(self, info: os.stat_result, *, file: bool) -> None:
@@ -53,6 +55,7 @@ class Holding:
             "files": f"{self.files:,}",
             "shown": _mib(self.shown),
             "disk": _mib(self.disk),
+            "kept": _mib(self.kept),
         }
 
 
@@ -61,7 +64,8 @@ def _mib(size: int) -> str:
 
 
 def holdings() -> tuple[Holding, list[tuple[str, Holding]]]:
-    """Everyone's worktrees, and each user's (largest on disk first)."""
+    """Everyone's worktrees, and each user's (largest on disk first). ``overall`` also holds
+    the checkouts clones share (``shared_checkouts``): what only they keep on disk."""
     overall = Holding()
     users: dict[str, Holding] = defaultdict(Holding)
     owners = dict(Session.objects.values_list("id", "owner__username"))
@@ -73,6 +77,12 @@ def holdings() -> tuple[Holding, list[tuple[str, Holding]]]:
         for info, file in _entries(root / session_id):
             mine.add(info, file=file)
             overall.add(info, file=file)
+    kept = Holding()
+    kept.inodes = overall.inodes  # what a worktree holds is counted there
+    for info, _ in _entries(shared_checkouts.root()):
+        kept.add(info, file=False)
+    overall.kept = kept.disk
+    overall.disk += kept.disk
     return overall, sorted(users.items(), key=lambda item: -item[1].disk)
 
 

@@ -10,7 +10,7 @@ from django.test import Client
 
 from sessions_app.models import Session
 from tests.conftest import new_session, run_turn
-from workspace import sandbox
+from workspace import sandbox, shared_checkouts
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,3 +47,17 @@ def test_the_disk_page_is_for_superusers_only(owner):
     client.force_login(owner)
     assert client.get("/admin/disk/").status_code == 403
     assert Client().get("/admin/disk/").status_code == 302  # to the admin's login
+
+
+def test_the_disk_page_counts_what_only_a_shared_checkout_holds(api, settings, tmp_path):
+    entry = shared_checkouts.root() / ("a" * 40) / "files"
+    entry.mkdir(parents=True)
+    (entry / "gone.txt").write_bytes(b"y" * 40_000)  # no worktree links it any more
+    admin_user = User.objects.create_superuser("root-admin", "r@example.com", "pw-long-enough-1")
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get("/admin/disk/")
+    overall = page.context["overall"]
+    assert 40_000 <= overall.kept < 40_000 + 4 * 4096
+    assert overall.disk >= overall.kept
+    assert b"held only by the checkouts" in page.content

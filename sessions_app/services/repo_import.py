@@ -38,7 +38,17 @@ from core import ids
 from core.errors import ConflictError, InvalidInput, NotFoundError
 from quotas_app.limits import effective
 from realtime import events
-from workspace import change_journal, kept_usage, repo_tree, repos, seeding, snapshots, unpack
+from workspace import (
+    change_journal,
+    kept_usage,
+    repo_tree,
+    repos,
+    sandbox,
+    seeding,
+    shared_checkouts,
+    snapshots,
+    unpack,
+)
 from workspace.unpack_checks import ArchiveRefused
 
 from ..models import HistoryEvent, Message, Part, Session
@@ -130,7 +140,8 @@ def prepare(session_id: str, job: str) -> None:
             cancelled=lambda: not _held(session_id, job),
         )
         tree_dir = staging / "tree"
-        commit, tree = _fetch(remote, secret, source, tree_dir, watch)
+        share = sandbox.uses_layers(session.worktree)
+        commit, tree = _fetch(remote, secret, source, tree_dir, watch, share=share)
         source["commit"] = commit
         ref = f" ({source['ref']})" if source["ref"] else ""
         text = (
@@ -176,10 +187,13 @@ def _fetch(
     source: dict,
     tree: Path,
     watch: repos.Watch,  # noqa: ANN001
+    *,
+    share: bool,
 ) -> tuple[str, repo_tree.TreeCount]:
     """Clone ``remote`` into ``tree``: the commit checked out, and what its tree holds. The
     objects come first, without a checkout; the commit's tree is measured against the limits
-    (``repo_tree``), and only then are its files written."""
+    (``repo_tree``), and only then are its files written. ``share``: the files of an earlier
+    clone of the same tree are linked instead, where kept (``shared_checkouts``)."""
     ref, depth = source.get("ref") or "", int(source.get("depth") or 0)
     shallow = [f"--depth={depth}"] if depth else []
 
@@ -203,9 +217,16 @@ def _fetch(
     )
     listing = dataclasses.replace(watch, on_stdout=count.feed, on_progress=None)
     _ok(git("ls-tree", "-r", "-t", "-l", "-z", commit, cwd=tree, on_watch=listing), "The clone")
+    tree_id = git("rev-parse", "--verify", f"{commit}^{{tree}}", cwd=tree).stdout.strip()
+    linked = share and shared_checkouts.link_into(tree_id, tree)
     attributes = repo_tree.neutral_attributes(tree / ".git")
     _ok(git("checkout", "--progress", "-q", *checkout, cwd=tree), "The clone")
     attributes.unlink()
+    if share and not linked:
+        shared_checkouts.keep(tree_id, tree)
+    # Its files may be hard links shared with other worktrees: a link changes a file's ctime,
+    # never its content, so git in the worktree tells a change by inode, size and mtime.
+    _ok(git("config", "core.trustctime", "false", cwd=tree), "The clone")
     # The worktree's repository names its origin as the user gave it (not the pinned address).
     _ok(git("remote", "set-url", "origin", remote.url, cwd=tree), "The clone")
     branch = git("symbolic-ref", "--quiet", "--short", "HEAD", cwd=tree)
