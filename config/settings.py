@@ -35,7 +35,7 @@ EMBEDDED = not REDIS_URL
 SECRET_KEY = secret_key(debug=DEBUG, embedded=EMBEDDED)
 
 # Services-mode web and worker refuse to start as root unless this is set (config/privileges.py;
-# SEMANTICS 11.3): the shipped units and image run them as the `agentplat` user.
+# docs/semantics.md §11.3): the shipped units and image run them as the `agentplat` user.
 ALLOW_ROOT = env_bool("ALLOW_ROOT", False)
 
 DATABASES = {

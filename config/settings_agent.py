@@ -35,10 +35,10 @@ AGENT_SHELL_MEMORY_BYTES = int(os.environ.get("AGENT_SHELL_MEMORY_BYTES", str(10
 AGENT_SHELL_PROCESSES = int(os.environ.get("AGENT_SHELL_PROCESSES", "128"))
 AGENT_SHELL_OUTPUT_MAX = int(os.environ.get("AGENT_SHELL_OUTPUT_MAX", "65536"))
 AGENT_SHELL_TMP_BYTES = int(os.environ.get("AGENT_SHELL_TMP_BYTES", str(64 * 1024**2)))
-# Tool permissions (CONTRACT "Permissions and approvals"): the deployment's defaults, JSON of
+# Tool permissions (docs/semantics.md §8.1): the deployment's defaults, JSON of
 # {"<tool>": "allow"|"ask"|"deny" | {"<pattern>": rule, ...}}; unset = every tool allowed.
 AGENT_PERMISSIONS = os.environ.get("AGENT_PERMISSIONS", "")
-# Context compaction (SEMANTICS 10): before a model call whose transcript would pass
+# Context compaction (docs/semantics.md §10): before a model call whose transcript would pass
 # context window × AGENT_COMPACT_AT (tokens, estimated as characters / 4), older turns are
 # summarised. The scripted model's window is SCRIPTED_CONTEXT_WINDOW; other models'
 # AGENT_CONTEXT_WINDOW.

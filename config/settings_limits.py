@@ -52,7 +52,7 @@ CREDENTIALS_KEYS = [
 # SnapshotError: a hung git (a stuck filesystem, a huge worktree) must not hold a run forever.
 SNAPSHOT_GIT_TIMEOUT_SECONDS = float(os.environ.get("SNAPSHOT_GIT_TIMEOUT_SECONDS", "60"))
 
-# Bounded answers (CONTRACT "Pages and limits"): message and session lists come in pages of
+# Bounded answers (docs/api.md "Pages and limits"): message and session lists come in pages of
 # ``limit`` (default / most), a page of messages stops at about API_PAGE_MAX_BYTES, and each
 # part field in a list or an event is cut at API_PART_FIELD_MAX characters (``truncated``;
 # GET /api/parts/{id}/ gives it whole).

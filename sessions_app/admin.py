@@ -23,7 +23,7 @@ from .services import rollback as rollback_services
 from .services import sessions as session_services
 from .services import unrevert as unrevert_services
 
-# The revert action's mode choice (SEMANTICS 14.5): value, label.
+# The revert action's mode choice (docs/semantics.md §14.5): value, label.
 REWIND_MODES = [
     ("both", "Conversation and files"),
     ("conversation", "Conversation only (the files stay)"),

@@ -4,8 +4,9 @@ sockets of a process at once): a socket outlives the credentials it was opened w
 deactivated or deleted user, a deleted token, a logged-out session, a changed password, a
 deleted conversation), and must stop receiving events then.
 
-The recheck is a poll, not a reaction to signals (STYLE: no logic in signals; users and
-tokens also change through the admin and the ORM, where no service of ours runs)."""
+The recheck is a poll, not a reaction to signals (docs/style.md "Inside an app": no logic in
+signals; users and tokens also change through the admin and the ORM, where no service of ours
+runs)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ class Session(models.Model):
     )
     forked_from_message_id = models.CharField(max_length=40, null=True, blank=True)
     # What kind of fork it is: "" (a fork, or not one), "alternative" (one of N runs of the same
-    # input, SEMANTICS 14.3), with the group the N share.
+    # input, docs/semantics.md §14.3), with the group the N share.
     lineage_kind = models.CharField(max_length=16, blank=True, default="")
     alternative_group = models.CharField(max_length=40, blank=True, default="", db_index=True)
     # Where the worktree's first files came from: {} (empty), or {"type": "git", "url", "ref",
@@ -120,9 +120,9 @@ class Part(models.Model):
         PATCH = "patch"
         FILE = "file"
         # A summary that replaces the path's first ``data.replaced`` messages for the model
-        # (SEMANTICS 10); the messages themselves stay.
+        # (docs/semantics.md §10); the messages themselves stay.
         COMPACTION = "compaction"
-        # A change taken from another step, turn or fork onto the head (SEMANTICS 14.2):
+        # A change taken from another step, turn or fork onto the head (docs/semantics.md §14.2):
         # ``data`` names the source and the files.
         APPLIED = "applied"
 
@@ -177,7 +177,7 @@ class Share(models.Model):
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="shares")
     # The pinned message; null pins the empty conversation. No constraint and no action on
     # delete: when a cleanup deletes the pinned message the id stays, and the link answers
-    # 404 (SEMANTICS 6.3) instead of turning into an empty pin that a fork would read as
+    # 404 (docs/semantics.md §6.3) instead of turning into an empty pin that a fork would read as
     # "the head".
     message = models.ForeignKey(
         Message,
@@ -188,7 +188,7 @@ class Share(models.Model):
         related_name="+",
     )
     snapshot = models.CharField(max_length=64, blank=True, default="")
-    # The owner's system prompt goes with the link only when they say so (SEMANTICS 6.4).
+    # The owner's system prompt goes with the link only when they say so (docs/semantics.md §6.4).
     include_system_prompt = models.BooleanField(default=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -1,4 +1,4 @@
-"""Tool permissions (CONTRACT "Permissions and approvals"; opencode's model): each tool call
+"""Tool permissions (docs/semantics.md §8.1; opencode's model): each tool call
 is decided before it runs — ``allow`` runs it, ``deny`` ends it as a tool error, ``ask`` stops
 the run until the session's owner decides.
 

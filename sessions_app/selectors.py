@@ -209,7 +209,7 @@ SOURCE_FIELDS = ("type", "url", "ref", "branch", "depth", "commit", "error", "na
 
 
 def source_data(source: dict | None) -> dict[str, Any]:
-    """Where the worktree's first files came from (CONTRACT: ``source``); ``{"type":
+    """Where the worktree's first files came from (docs/semantics.md §13.1: ``source``); ``{"type":
     "empty"}`` for a session that started empty. Never a credential."""
     if not source:
         return {"type": "empty"}

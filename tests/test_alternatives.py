@@ -1,4 +1,4 @@
-"""Alternatives and adopt (issue 27 item 3, SEMANTICS 14.3): N forks of a turn running the
+"""Alternatives and adopt (issue 27 item 3, docs/semantics.md §14.3): N forks of a turn running the
 same input at once, each with its own worktree; quotas counted for all N before anything
 starts; one adopted back as a new branch (its messages under new ids, its files, the head)."""
 

@@ -1,5 +1,5 @@
-"""Apply (issue 27 item 2, SEMANTICS 14.2): one tool step's change, or a whole turn's, taken
-from another branch or from a fork onto the head, three-way; conflicts named per file,
+"""Apply (issue 27 item 2, docs/semantics.md §14.2): one tool step's change, or a whole turn's,
+taken from another branch or from a fork onto the head, three-way; conflicts named per file,
 refused by default or written with markers; a history event that a revert undoes."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Blame (issue 27 item 4, SEMANTICS 14.4): each run of a file's lines at a point of the
+"""Blame (issue 27 item 4, docs/semantics.md §14.4): each run of a file's lines at a point of the
 session, with the tool call whose step last changed it, read from the snapshots."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""SEMANTICS 14.6, ``GET /api/sessions/{id}/usage/``: a session's own usage, the inherited cost
-of the history it was forked with, and each branch's own; and no total (the user's
+"""docs/semantics.md §14.6, ``GET /api/sessions/{id}/usage/``: a session's own usage, the inherited
+cost of the history it was forked with, and each branch's own; and no total (the user's
 ``/api/usage/``, the admin's dashboard) counts a fork's copied calls again."""
 
 from __future__ import annotations

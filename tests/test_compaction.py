@@ -1,4 +1,4 @@
-"""SEMANTICS 10: context compaction, driven deterministically by the scripted model's small
+"""docs/semantics.md §10: context compaction, driven deterministically by the scripted model's small
 context window. Runs go through the API and the run host (in process)."""
 
 from __future__ import annotations

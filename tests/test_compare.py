@@ -1,4 +1,4 @@
-"""``GET /api/sessions/{id}/compare/`` (SEMANTICS 14.1): two points of a session from their
+"""``GET /api/sessions/{id}/compare/`` (docs/semantics.md §14.1): two points of a session from their
 common ancestor — both conversations, the files that differ, one file's diff — through the
 real path (scripted runs, continue and an edited first prompt make the branches)."""
 

@@ -1,5 +1,5 @@
-"""SEMANTICS 5.1–5.4, 5.6, 5.7: the run transcript, continue (K snapping, auto-fork, fork,
-in place), regenerate, and the checkpoint timeline."""
+"""docs/semantics.md §5.1–§5.4, §5.6, §5.7: the run transcript, continue (K snapping, auto-fork,
+fork, in place), regenerate, and the checkpoint timeline."""
 
 from __future__ import annotations
 

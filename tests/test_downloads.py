@@ -1,5 +1,5 @@
-"""Work out of a session (issue 26, SEMANTICS 13.3): the worktree at any point as a zip or a
-tar.gz, the change between two points as a unified diff or a ``git am`` mailbox — each
+"""Work out of a session (issue 26, docs/semantics.md §13.3): the worktree at any point as a zip or
+a tar.gz, the change between two points as a unified diff or a ``git am`` mailbox — each
 round-tripped through the real tools (``zipfile``/``tarfile``, ``git apply``, ``git am``)
 against the files the session really had at those points."""
 

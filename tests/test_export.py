@@ -1,5 +1,5 @@
-"""CONTRACT "Export and import": ``GET /api/sessions/{id}/export/`` (the whole session as JSON,
-or the active path as Markdown) and ``POST /api/sessions/import/`` (a new session of the
+"""docs/semantics.md §17, export and import: ``GET /api/sessions/{id}/export/`` (the whole session
+as JSON, or the active path as Markdown) and ``POST /api/sessions/import/`` (a new session of the
 caller from that JSON). A round trip keeps every branch, part, run, file and the head; the
 imported session works (a run, revert, unrevert, diff), in this deployment and in another one
 (its own snapshot store); bad input is a 400 in a sentence and leaves nothing behind."""

@@ -1,4 +1,4 @@
-"""SEMANTICS 5.5: session fork — a copy of the path with new ids and remapped links, the
+"""docs/semantics.md §5.5: session fork — a copy of the path with new ids and remapped links, the
 files as they were at the fork point, lineage to the direct parent and the root origin."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SEMANTICS 11.1 and 2.3: the git the server runs on a worktree runs nothing the worktree
+"""docs/semantics.md §11.1 and §2.3: the git the server runs on a worktree runs nothing the worktree
 holds. A repository nested in the worktree (its config's fsmonitor, its hooks, its filter and
 diff drivers), a ``.gitattributes`` naming drivers and a ``.gitmodules`` are data: a step's
 snapshots, the diff view, revert and unrevert and an export leave no trace of having run any

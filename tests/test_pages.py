@@ -1,4 +1,4 @@
-"""Issue 12.4 / CONTRACT "Pages and limits": message and session lists come in pages, and a
+"""Issue 12.4 / docs/api.md "Pages and limits": message and session lists come in pages, and a
 part field longer than API_PART_FIELD_MAX is cut in lists and events (``truncated``), whole at
 ``GET /api/parts/{id}/``. No list answers with an unbounded body."""
 

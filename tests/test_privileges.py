@@ -1,4 +1,4 @@
-"""Web and worker never run as root (SEMANTICS 11.3; issue 24): the shipped deployment runs
+"""Web and worker never run as root (docs/semantics.md §11.3; issue 24): the shipped deployment runs
 them as an unprivileged user, and a services-mode process started as root refuses to start
 unless the operator says ``ALLOW_ROOT=true``."""
 

@@ -1,4 +1,4 @@
-"""Real code in, real work out (issue 26, SEMANTICS 13): sessions cloned from a real git
+"""Real code in, real work out (issue 26, docs/semantics.md §13): sessions cloned from a real git
 server (``tests/support/git_server.py``: Debian's ``git http-backend`` over HTTPS, a token
 for private repositories and every push), their work pushed back and cloned again, and the
 hostile cases: URLs that lead inside the deployment, credentials that must never leak, a

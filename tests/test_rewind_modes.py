@@ -1,4 +1,4 @@
-"""SEMANTICS 14.5, rewind modes of ``POST /api/sessions/{id}/revert/``: ``both`` (3.x),
+"""docs/semantics.md §14.5, rewind modes of ``POST /api/sessions/{id}/revert/``: ``both`` (3.x),
 ``conversation`` (the boundary moves, the files stay) and ``files`` (the files go back, the
 conversation stays, a ``files-revert`` history event that ``unrevert`` undoes)."""
 

@@ -1,4 +1,4 @@
-"""SEMANTICS 4: rollback N user turns; nothing deleted; head can switch back."""
+"""docs/semantics.md §4: rollback N user turns; nothing deleted; head can switch back."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Issue 25 (SEMANTICS 11.3, 11.7): what a shell command shares with the server and how much it
-may take. It runs as nobody, cannot reach the kernel keyring (a seccomp filter answers EPERM,
-/proc/keys is masked) nor the calls a container runtime refuses; its processes together, with
+"""Issue 25 (docs/semantics.md §11.3, §11.7): what a shell command shares with the server and how
+much it may take. It runs as nobody, cannot reach the kernel keyring (a seccomp filter answers
+EPERM, /proc/keys is masked) nor the calls a container runtime refuses; its processes together, with
 /tmp and /dev/shm, are bound by one memory limit; a command that takes the worktree past its
 bytes or entries leaves it exactly as it was before. Real bubblewrap, real cgroups."""
 

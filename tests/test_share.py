@@ -1,4 +1,5 @@
-"""SEMANTICS 6: share links pin a point (head and files) to read and fork, never to write."""
+"""docs/semantics.md §6: share links pin a point (head and files) to read and fork, never to
+write."""
 
 from __future__ import annotations
 
@@ -185,7 +186,7 @@ def test_a_pin_that_a_cleanup_deleted_answers_404(api, outsider):
 
 
 def test_the_system_prompt_is_shared_only_when_the_owner_says_so(api, outsider):
-    """Issue 12.2 / SEMANTICS 6.4."""
+    """Issue 12.2 / docs/semantics.md §6.4."""
     secret = "SECRET INSTRUCTIONS 7f3a"
     sid = api.post("/api/sessions/", {"title": "t", "system_prompt": secret}, format="json").json()[
         "id"

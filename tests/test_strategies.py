@@ -1,4 +1,5 @@
-"""SEMANTICS 1.4 and 1.6: multitask strategies, abort then resume, per-run checkpoint mode."""
+"""docs/semantics.md §1.4 and §1.6: multitask strategies, abort then resume, per-run checkpoint
+mode."""
 
 from __future__ import annotations
 

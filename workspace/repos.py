@@ -1,5 +1,5 @@
 """Git remotes: the URL check, and the one runner of a git that talks to a remote (a clone, a
-push). Everything here treats the repository as hostile (SEMANTICS 11, 13):
+push). Everything here treats the repository as hostile (docs/semantics.md §11, §13):
 
 * **Where git may go.** Only ``https``, ``ssh`` and ``git`` URLs (``check_url``); every
   other transport is off (``protocol.allow=never``, the three allowed one by one), and so

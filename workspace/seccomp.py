@@ -9,7 +9,7 @@ handles what a hand-written filter gets wrong: the architecture check, the x32 A
 32-bit x86 calls of a 64-bit kernel.
 
 Refused: the kernel keyring (``keyctl``, ``add_key``, ``request_key``: the keyring is the
-server user's; SEMANTICS 11.3), mounts and namespaces (``mount``, the new mount API,
+server user's; docs/semantics.md §11.3), mounts and namespaces (``mount``, the new mount API,
 ``unshare``, ``setns``, ``clone`` with a namespace flag; ``clone3`` answers ``ENOSYS`` so the
 C library falls back to ``clone``, whose flags can be checked), modules and kexec, ``bpf``,
 ``perf_event_open``, ``userfaultfd``, ``io_uring``, file handles (``open_by_handle_at``),

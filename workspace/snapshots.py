@@ -16,8 +16,8 @@ that the worktree itself contains is never used or changed (it is excluded).
 
 Every git process starts in one place, ``Snapshots._run``: with a timeout
 (``SNAPSHOT_GIT_TIMEOUT_SECONDS``), and nothing but ``SnapshotError`` ever comes out of it.
-The worktree is hostile (SEMANTICS 11.1): the runner gives git an environment of its own (no
-system or global config, no replace objects, nothing of the server's) and overrides
+The worktree is hostile (docs/semantics.md §11.1): the runner gives git an environment of its own
+(no system or global config, no replace objects, nothing of the server's) and overrides
 (``GIT_OVERRIDES``) that switch off hooks, fsmonitor, submodules and protocols, and it leaves
 git no way to start a child git or a shell (``PATH`` and ``GIT_EXEC_PATH`` lead nowhere). A
 repository nested in the worktree is never a submodule here: its files are snapshotted as
@@ -396,7 +396,8 @@ class Snapshots:
         return sorted(git_output.names(out))
 
     def restore(self, tree: str, *, journal: bool = False) -> None:
-        """Make the worktree exactly ``tree`` (rule 2.2); ``journal`` as ``track``'s."""
+        """Make the worktree exactly ``tree`` (docs/semantics.md §2.2); ``journal`` as
+        ``track``'s."""
         self.ensure()
         current = self.track(journal=journal)
         if current == tree:

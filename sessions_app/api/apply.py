@@ -1,4 +1,4 @@
-"""``POST /api/sessions/{id}/apply/`` (CONTRACT "Branches as workspaces", SEMANTICS 14.2): a
+"""``POST /api/sessions/{id}/apply/`` (docs/semantics.md §14.2): a
 tool step's or a turn's change, from any branch or from another session of the caller's,
 merged three-way onto the head. The logic is ``services.apply``."""
 

@@ -1,5 +1,5 @@
 """``GET /api/sessions/{id}/blame/<path>``: each run of a file's lines with the tool call that
-last changed it (SEMANTICS 14.4). A thin view: ``services.blame`` holds the logic."""
+last changed it (docs/semantics.md §14.4). A thin view: ``services.blame`` holds the logic."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Branches as workspaces (CONTRACT "Branches as workspaces"): compare two points of a
+"""Branches as workspaces (docs/semantics.md §14): compare two points of a
 session. Thin views: the query validated by a serializer, one service call, the answer."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Repositories in and out (CONTRACT "Repositories, archives and patches"): the upload of an
+"""Repositories in and out (docs/repositories.md): the upload of an
 archive or a folder, the push of a session's work, and the caller's saved credentials. Thin
 views: ``services.repo_import``, ``services.repo_push`` and ``services.credentials`` hold
 the logic."""

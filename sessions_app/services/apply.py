@@ -1,5 +1,5 @@
-"""Apply a change from elsewhere onto the head (SEMANTICS 14.2): the change one tool step made
-(its step's before-snapshot → after-snapshot), or a whole turn's, from any branch of this
+"""Apply a change from elsewhere onto the head (docs/semantics.md §14.2): the change one tool step
+made (its step's before-snapshot → after-snapshot), or a whole turn's, from any branch of this
 session or of another session of the caller's (a fork, an alternative), merged three-way into
 the head's files by git's own merge in the snapshot store (``Snapshots.merge_trees``).
 

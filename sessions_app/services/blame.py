@@ -1,4 +1,4 @@
-"""Blame (SEMANTICS 14.4): for each run of a file's lines at a point of a session, the tool
+"""Blame (docs/semantics.md §14.4): for each run of a file's lines at a point of a session, the tool
 call whose step last changed it.
 
 Read from the snapshots, never guessed: the steps of the path to the point whose ``patch``

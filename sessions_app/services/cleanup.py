@@ -1,4 +1,4 @@
-"""Cleanup (SEMANTICS 3.6): the pending revert confirmed — what lies after its boundary is
+"""Cleanup (docs/semantics.md §3.6): the pending revert confirmed — what lies after its boundary is
 deleted (with the branches hanging off it), and the files stay the reverted ones. It holds
 the session row; a prompt run that holds the busy lock cleans up first (1.3)."""
 
@@ -24,8 +24,8 @@ def cleanup_session(
     holder_run_id: str | None = None,  # noqa: ANN001
     fence: Callable[[], None] | None = None,
 ) -> Session:
-    """Rule 3.6. ``holder_run_id``: a prompt run that holds the lock cleans up first (1.3);
-    ``fence`` (that run's execution) raises inside the transaction when the execution does
+    """docs/semantics.md §3.6. ``holder_run_id``: a prompt run that holds the lock cleans up first
+    (1.3); ``fence`` (that run's execution) raises inside the transaction when the execution does
     not own its run any more (runs_app/fencing.py): then nothing is cleaned up."""
     with transaction.atomic():
         locked = lock.lock_idle_session(session.id, holder_run_id=holder_run_id)

@@ -1,4 +1,4 @@
-"""Compare two points of a session (SEMANTICS 14.1): from their common ancestor, the two
+"""Compare two points of a session (docs/semantics.md §14.1): from their common ancestor, the two
 conversations and the files that differ between the snapshots recorded at each point.
 
 Or a point of a session and one of another that shares its history (a fork and its source,

@@ -1,4 +1,4 @@
-"""Work out of a session (SEMANTICS 13.3): the worktree at any point of any branch as an
+"""Work out of a session (docs/semantics.md §13.3): the worktree at any point of any branch as an
 archive, the change between two points as a patch (a unified diff, or a ``git am`` series
 with one commit per user turn), read from the snapshots — exactly what they keep at that
 point, never the live worktree (a run may be writing it).

@@ -76,8 +76,8 @@ def lock_session_of_run(run_id: str) -> Session | None:
 
 def lock_idle_session(session_id: str, *, holder_run_id: str | None = None) -> Session:
     """The session row, locked until the transaction ends, with the guarantee that no run
-    holds the session while the caller works (SEMANTICS 1.4): a run in progress makes this a
-    409 ``SessionBusyError``. ``holder_run_id``: the run that holds the busy lock may pass
+    holds the session while the caller works (docs/semantics.md §1.4): a run in progress makes this
+    a 409 ``SessionBusyError``. ``holder_run_id``: the run that holds the busy lock may pass
     (a run's own cleanup of a pending revert)."""
     session = lock_session(session_id)
     if is_busy(session) and session.busy_run_id != holder_run_id:

@@ -1,4 +1,4 @@
-"""Revert (SEMANTICS 3): a boundary in the conversation plus the files as they were there.
+"""Revert (docs/semantics.md §3): a boundary in the conversation plus the files as they were there.
 ``revert`` marks and restores but deletes nothing; ``unrevert`` (``unrevert.py``) puts the
 pre-revert tree back exactly; ``cleanup`` (``cleanup.py``) confirms, deleting what lies after
 the boundary. Where the boundary falls and which tree the files go to is the plan's
@@ -10,7 +10,7 @@ written inside its transaction, so they follow it (``FilesFollow``): when it doe
 the worktree goes back to the tree it had before the writes, and the database and the files
 never disagree about whether the session is reverted.
 
-Rewind modes (SEMANTICS 14.5), ``mode`` of ``revert_session`` and ``plan_revert``:
+Rewind modes (docs/semantics.md §14.5), ``mode`` of ``revert_session`` and ``plan_revert``:
 
 * ``both`` (the default): the conversation's boundary moves and the files go back (3.x).
 * ``conversation``: the boundary moves as with ``both`` (a pending revert, confirmable and
@@ -98,7 +98,7 @@ def _record_revert(
         "diff": "" if same else snap.diff_text(pre, target),
         "files": files,
         "changes": diff,
-        # What it left alone: files no snapshot holds (SEMANTICS 13.3).
+        # What it left alone: files no snapshot holds (docs/semantics.md §13.3).
         "not_kept": not_kept(snap),
     }
     fields = ["revert", "updated_at"]

@@ -1,5 +1,5 @@
-"""What a revert to a point does, worked out before anything moves (SEMANTICS 3.1–3.4, 14.5):
-the boundary in the conversation, the tree the files go to, the files the reverted patches
+"""What a revert to a point does, worked out before anything moves (docs/semantics.md §3.1–§3.4,
+§14.5): the boundary in the conversation, the tree the files go to, the files the reverted patches
 name, and the preview of it all (``plan_revert``). The revert itself (``revert``) and the
 files-only rewind (``rewind``) both move by such a plan."""
 
@@ -26,7 +26,7 @@ class Boundary:
 
 
 def find_boundary(path: list[Message], session: Session, message_id: str, part_id: str | None):
-    """Rule 3.1: part-level when the message has an earlier text/tool part; otherwise
+    """docs/semantics.md §3.1: part-level when the message has an earlier text/tool part; otherwise
     message-level, moved to the user message that starts the turn."""
     index = next((i for i, m in enumerate(path) if m.id == message_id), None)
     if index is None:
@@ -65,7 +65,8 @@ def reverted_parts(path: list[Message], boundary: Boundary) -> list[Part]:
 
 
 def _sources(parts: list[Part]) -> dict[str, str]:
-    """File → the tree to take it from: the first reverted patch naming it wins (rule 3.2)."""
+    """File → the tree to take it from: the first reverted patch naming it wins (docs/semantics.md
+    §3.2)."""
     sources: dict[str, str] = {}
     for part in parts:
         if part.type == Part.Type.PATCH:
@@ -140,7 +141,7 @@ def not_kept(snap: snapshots.Snapshots) -> dict:
 
 def _with_previous(sources: dict[str, str], pending: dict, pre: str) -> dict[str, str]:
     # Files the pending revert restored that this one does not go back to the pre-revert
-    # version (rule 3.4: the boundary moves, from the same pre-revert snapshot).
+    # version (docs/semantics.md §3.4: the boundary moves, from the same pre-revert snapshot).
     merged = dict(sources)
     for name in pending.get("files", []):
         merged.setdefault(name, pre)

@@ -1,5 +1,5 @@
-"""The files-only rewind (SEMANTICS 14.5, rewind mode ``files``): the files go to the tree a
-revert to that point would give and the conversation stays — no pending revert, a
+"""The files-only rewind (docs/semantics.md §14.5, rewind mode ``files``): the files go to the tree
+a revert to that point would give and the conversation stays — no pending revert, a
 ``files-revert`` history event with ``files_before`` / ``files_after``. Refused (409) while a
 revert is pending. ``unrevert`` undoes it (``undo_files_rewind``) as long as it is the
 session's latest history move and the files are still what it left."""

@@ -1,5 +1,5 @@
-"""Rollback N user turns (SEMANTICS 4): the head moves to just before the N-th last user turn.
-Nothing is deleted: the rolled-back messages stay a branch that ``head`` can switch back to,
+"""Rollback N user turns (docs/semantics.md §4): the head moves to just before the N-th last user
+turn. Nothing is deleted: the rolled-back messages stay a branch that ``head`` can switch back to,
 and a rollback marker goes into the history log. Files are not touched (revert does that)."""
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def free_title(owner, make: Callable[[int], str]) -> str:  # noqa: ANN001
 
 
 def fork_title(owner, source_title: str) -> str:  # noqa: ANN001
-    """``Fork of <title>``, then ``Fork 2 of <title>``, … (CONTRACT "History moves")."""
+    """``Fork of <title>``, then ``Fork 2 of <title>``, … (docs/semantics.md §5.5)."""
     base = source_title.strip()[:180]
     return free_title(owner, lambda n: f"Fork of {base}" if n == 1 else f"Fork {n} of {base}")
 

@@ -1,4 +1,4 @@
-"""Sharing (SEMANTICS 6): a link that pins a point of a session — its head and its files —
+"""Sharing (docs/semantics.md §6): a link that pins a point of a session — its head and its files —
 for others to read and fork, never to write. Re-sharing moves the pin (same link); revoking
 makes the link answer 404. What the owner does later (revert, rollback, new turns) does not
 change what the link shows or what a fork of it copies: both read the pinned path (never the

@@ -1,5 +1,5 @@
-"""Unrevert (SEMANTICS 3.5, 14.5): the pending revert undone — the pre-revert tree put back
-exactly, unless the revert never moved the files (a ``conversation`` rewind) — or, with none
+"""Unrevert (docs/semantics.md §3.5, §14.5): the pending revert undone — the pre-revert tree put
+back exactly, unless the revert never moved the files (a ``conversation`` rewind) — or, with none
 pending, a files-only rewind undone (``rewind.undo_files_rewind``). It holds the session row
 while it works on the files (a run that holds the busy lock makes it answer 409), and the
 files follow its transaction (``FilesFollow``)."""

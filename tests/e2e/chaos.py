@@ -1,5 +1,5 @@
-"""A chaos driver (issue 25, SEMANTICS 1.7 and 12): many runs of mixed scripted scripts over
-many sessions and several worker processes while, at random, workers are SIGKILLed and
+"""A chaos driver (issue 25, docs/semantics.md §1.7 and §12): many runs of mixed scripted scripts
+over many sessions and several worker processes while, at random, workers are SIGKILLed and
 restarted, SIGSTOPped past their lease and continued, PostgreSQL connections are killed,
 Redis is restarted empty and runs are cancelled. Afterwards the invariants are checked from
 the database and the worktrees:
@@ -72,8 +72,8 @@ print(json.dumps(tokens))
 def _checkpoint_weights() -> dict[str, float]:
     named = [m.strip() for m in os.environ.get("CHAOS_CHECKPOINTS", "").split(",") if m.strip()]
     # Not ``runs`` by default: that mode stores nothing before the run ends, by design
-    # (SEMANTICS 1.7, 1.10: a crash loses what it had not written), so after a worker crash a
-    # side-effect call it made is not on record and its resume makes it again — the
+    # (docs/semantics.md §1.7, §1.10: a crash loses what it had not written), so after a worker
+    # crash a side-effect call it made is not on record and its resume makes it again — the
     # at-most-once invariant does not hold for it, and the docs say so. CHAOS_CHECKPOINTS
     # =tool-batch,tool,runs includes it (expect those double side effects).
     return dict.fromkeys(named, 1.0) if named else {"tool-batch": 3, "tool": 1}

@@ -1,5 +1,5 @@
-"""Issue 15 / SEMANTICS 8.2 through the real path (Daphne, Celery, PostgreSQL, Redis): a run
-that waits for its owner holds no worker — every worker may stop, leases come and go, and an
+"""Issue 15 / docs/semantics.md §8.2 through the real path (Daphne, Celery, PostgreSQL, Redis): a
+run that waits for its owner holds no worker — every worker may stop, leases come and go, and an
 approval given later, to a worker started after, completes the run; a deny reaches the model."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""SEMANTICS 10 in Chromium: "Compact now" in the session menu; the chat shows the compaction
-as a divider that opens to the summary; the conversation goes on after it."""
+"""docs/semantics.md §10 in Chromium: "Compact now" in the session menu; the chat shows the
+compaction as a divider that opens to the summary; the conversation goes on after it."""
 
 from __future__ import annotations
 

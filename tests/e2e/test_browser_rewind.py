@@ -1,6 +1,6 @@
-"""Rewind modes and cost per branch in the browser (SEMANTICS 14.5, 14.6): from a message's ▾
-beside "↺ revert to here", "Files only" puts the files back and leaves the messages (Undo
-brings the files back), "Conversation only" moves the conversation and leaves the files; the
+"""Rewind modes and cost per branch in the browser (docs/semantics.md §14.5, §14.6): from a
+message's ▾ beside "↺ revert to here", "Files only" puts the files back and leaves the messages
+(Undo brings the files back), "Conversation only" moves the conversation and leaves the files; the
 Lineage panel shows the session's own cost and, in a fork, what its history cost apart."""
 
 from __future__ import annotations

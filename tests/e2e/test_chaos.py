@@ -1,4 +1,4 @@
-"""Issue 25's chaos test (SEMANTICS 1.7, 12): 200 runs of mixed scripts (text, file tools
+"""Issue 25's chaos test (docs/semantics.md §1.7, §12): 200 runs of mixed scripts (text, file tools
 with side effects, shell, approvals) over 50 sessions and 3 worker processes while workers
 are SIGKILLed and SIGSTOPped past their lease, PostgreSQL connections are killed, a private
 Redis restarts and runs are cancelled; then nothing may be lost, run twice, duplicated, left

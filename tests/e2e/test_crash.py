@@ -1,5 +1,5 @@
-"""SEMANTICS 1.7: a worker killed with SIGKILL mid-run. Its lease expires, the next worker's
-sweep enqueues the run again, and it resumes: nothing persisted is lost and no side-effect
+"""docs/semantics.md §1.7: a worker killed with SIGKILL mid-run. Its lease expires, the next
+worker's sweep enqueues the run again, and it resumes: nothing persisted is lost and no side-effect
 tool runs twice. The Redis visibility timeout is set to an hour, so the broker's own
 re-delivery cannot be what saves the run."""
 

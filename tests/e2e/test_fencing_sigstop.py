@@ -1,4 +1,4 @@
-"""Issue 25 point 1, "Fencing" (SEMANTICS 1.7, 12): a worker stopped (SIGSTOP: a VM pause,
+"""Issue 25 point 1, "Fencing" (docs/semantics.md §1.7, §12): a worker stopped (SIGSTOP: a VM pause,
 a long GC) past its run's lease, then continued, writes nothing more.
 
 Through the real stack (Daphne, two Celery worker processes, PostgreSQL, Redis) with a

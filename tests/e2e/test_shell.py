@@ -130,7 +130,7 @@ def test_shell_output_streams_and_a_cancel_stops_the_command_at_once(procs, tmp_
         state = _tool_part(http, sid)["state"]
         assert state["status"] == "error" and state["metadata"]["interrupted"] is True
         assert state["output"] == "started\n"
-        # Resume runs nothing again (rule 1.5): the interrupted call stays as it is.
+        # Resume runs nothing again (docs/semantics.md §1.5): the interrupted call stays as it is.
         resumed = http.post(
             f"/api/sessions/{sid}/runs/", json={"mode": "resume", "wait": True}
         ).json()

@@ -103,7 +103,7 @@ class CompactionPartOut(PartBase):
 
 
 class AppliedPartOut(PartBase):
-    """A change applied onto the head from another step, turn or fork (SEMANTICS 14.2)."""
+    """A change applied onto the head from another step, turn or fork (docs/semantics.md §14.2)."""
 
     source_session_id = serializers.CharField()
     source_message_id = serializers.CharField()

@@ -1,5 +1,5 @@
-"""Real code in and out (SEMANTICS 13): the repository a session is cloned from, an upload, a
-push of the session's work, and the user's saved credentials."""
+"""Real code in and out (docs/semantics.md §13): the repository a session is cloned from, an upload,
+a push of the session's work, and the user's saved credentials."""
 
 from __future__ import annotations
 

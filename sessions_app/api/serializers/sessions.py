@@ -141,7 +141,7 @@ class RevertIn(In):
         message="mode must be 'both', 'conversation' or 'files'.",
         enum="RevertMode",
         help_text="both: conversation and files; conversation: the files stay; files: the "
-        "conversation stays (SEMANTICS 14.5).",
+        "conversation stays (docs/semantics.md §14.5).",
     )
 
 
