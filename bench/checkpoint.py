@@ -2,8 +2,8 @@
 
 A session is built with N prior messages directly through the ORM (bulk), then a scripted run
 with one tool batch is executed in this process (``start_run(defer_enqueue=True)`` then
-``runs_app.host.run_agent``), with an execute wrapper on every thread's connection (the run
-host's database threads run the statements) counting every statement: its kind, and for
+``runs_app.execution.host.run_agent``), with an execute wrapper on every thread's connection
+(the run host's database threads run the statements) counting every statement: its kind, and for
 INSERT/UPDATE/DELETE the bytes of its bound parameters.
 Statements are attributed to what was running: the tool-batch checkpoint (the flush that ends a
 step that ran tools), any other flush, a step, the history load.
@@ -178,10 +178,10 @@ def build_session(user: Any, prior: int) -> Any:
 def measure_run(session: Any, user: Any, index: int) -> dict[str, Any]:
     from django.conf import settings
 
-    from runs_app import engine
     from runs_app.checkpoint import Checkpointer
-    from runs_app.host import run_agent
-    from runs_app.loop import start as loop_start
+    from runs_app.execution import engine
+    from runs_app.execution.host import run_agent
+    from runs_app.execution.loop import start as loop_start
     from runs_app.models import Run
     from runs_app.services.runs import start_run
 

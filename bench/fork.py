@@ -103,9 +103,9 @@ def _script(batches: int) -> str:
 def _ours_checkpoint(user: Any, prior: int, batches: int) -> dict[str, Any]:
     from django.conf import settings
 
-    from runs_app import engine
     from runs_app.checkpoint import Checkpointer
-    from runs_app.host import run_agent
+    from runs_app.execution import engine
+    from runs_app.execution.host import run_agent
     from runs_app.models import Run
     from runs_app.services.runs import start_run
     from runs_app.services.seed import seed_runs

@@ -106,15 +106,18 @@ def _profile_control(loop) -> None:  # noqa: ANN001
 
 @worker_init.connect
 def _watch_for_profile_orders(**_kwargs: object) -> None:
-    """Once Django is set up (``runs_app.runtime`` imports models): the host's start-up
+    """Once Django is set up (``runs_app.execution.runtime`` imports models): the host's start-up
     starts the thread that takes the bench's profile orders."""
     if not _PROFILE_DIR:
         return
     django.setup()
     try:
-        from runs_app import runtime
+        from runs_app.execution import runtime
     except ImportError:  # pragma: no cover - an older checkout
-        return
+        try:
+            from runs_app import runtime
+        except ImportError:
+            return
     if not hasattr(runtime, "host_started"):
         return
     host_started = runtime.host_started

@@ -12,7 +12,7 @@ django_asgi_app = get_asgi_application()
 from config.privileges import refuse_root  # noqa: E402
 from config.routing import websocket_urlpatterns  # noqa: E402
 from core import heap  # noqa: E402
-from runs_app import runtime, sweeper  # noqa: E402
+from runs_app.execution import runtime, sweeper  # noqa: E402
 
 refuse_root("web", embedded=runtime.embedded())
 

@@ -26,8 +26,8 @@ HELP = (
 
 def refuse_root(process: str, *, embedded: bool, euid: int | None = None) -> None:
     """ImproperlyConfigured when ``process`` (``web``, ``worker``) runs as root in services
-    mode without ``ALLOW_ROOT``; a warning in ``embedded`` mode (runs_app.runtime decides it,
-    the caller asks)."""
+    mode without ``ALLOW_ROOT``; a warning in ``embedded`` mode (runs_app.execution.runtime
+    decides it, the caller asks)."""
     if (os.geteuid() if euid is None else euid) != 0:
         return
     if settings.ALLOW_ROOT:

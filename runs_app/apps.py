@@ -7,11 +7,11 @@ class RunsAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # In-process runs go to the run host by way of the runtime, which therefore needs no
-        # import of it (the host imports the runtime).
+        # The run host takes the runs this process enqueues in embedded mode from the
+        # runtime's local queue (it imports the runtime; the runtime knows nothing of it).
         from sessions_app.services import repo_import
 
-        from . import host, runtime
+        from .execution import host, runtime
 
-        runtime.set_runner(host.host.submit)
+        host.host.take_local_runs()
         repo_import.set_dispatcher(runtime.enqueue_prepare)

@@ -32,7 +32,7 @@ from realtime import events
 from sessions_app.api.guards import unstorable_text
 from sessions_app.models import Message, Part, Session
 
-from .fencing import LeaseLost, fence, owned
+from .execution.fencing import LeaseLost, fence, owned
 
 # What every checkpoint writes (a run's start and end, each step): compiled once.
 _SET_HEAD = CompiledUpdate(

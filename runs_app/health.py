@@ -15,7 +15,7 @@ from django.http import JsonResponse
 
 from workspace import sandbox
 
-from . import runtime
+from .execution import runtime
 
 
 def _timed(check) -> dict[str, Any]:  # noqa: ANN001

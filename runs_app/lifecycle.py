@@ -57,8 +57,8 @@ from sessions_app.models import Part, Session
 from sessions_app.selectors import session_data
 from sessions_app.services import lock
 
-from . import runtime, unfinished
-from .fencing import LeaseLost
+from .execution import runtime, unfinished
+from .execution.fencing import LeaseLost
 from .models import Run
 from .selectors import active_runs, held_by_another, run_data, run_row
 

@@ -36,8 +36,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from core import metrics as instruments
 
-from . import runtime
-from .host import host
+from .execution import runtime
+from .execution.host import host
 from .models import Run
 
 log = logging.getLogger(__name__)

@@ -5,10 +5,10 @@ from celery.signals import worker_ready, worker_shutting_down
 
 from sessions_app.services import repo_import
 
-from . import sweeper
-from .drain import drain
-from .host import host
-from .runtime import PREPARE_TASK, TASK_NAME
+from .execution import sweeper
+from .execution.drain import drain
+from .execution.host import host
+from .execution.runtime import PREPARE_TASK, TASK_NAME
 
 
 @shared_task(

@@ -50,7 +50,7 @@ from core import request_threads
 from core.errors import TooManyWaits
 from realtime import events
 
-from . import runtime
+from .execution import runtime
 from .models import Run
 from .selectors import run_data
 

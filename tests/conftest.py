@@ -14,7 +14,7 @@ from django.test import TransactionTestCase
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from runs_app.host import host
+from runs_app.execution.host import host
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.services.sessions import create_session

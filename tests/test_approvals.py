@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.test import Client
 
-from runs_app.host import host
+from runs_app.execution.host import host
 from runs_app.models import Run
 from sessions_app import permissions
 from sessions_app.models import HistoryEvent, Part, Session

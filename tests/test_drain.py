@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from runs_app import runtime
-from runs_app.drain import Drain, hand_back
-from runs_app.host import host
+from runs_app.execution import runtime
+from runs_app.execution.drain import Drain, hand_back
+from runs_app.execution.host import host
 from runs_app.lifecycle import begin
 from runs_app.models import Run
 from sessions_app.models import Session

@@ -7,7 +7,7 @@ import uuid
 
 from celery import Celery, current_app
 
-from runs_app import runtime
+from runs_app.execution import runtime
 
 
 def test_a_run_is_enqueued_without_a_result_backend(settings, monkeypatch):

@@ -1,5 +1,5 @@
-"""One writer per run (issue 25, SEMANTICS 12): every write of an execution is conditional on
-the lease epoch it began under, and the keeper renews leases on a thread nothing else uses.
+"""One writer per run (issue 25, docs/semantics.md §12): every write of an execution is conditional
+on the lease epoch it began under, and the keeper renews leases on a thread nothing else uses.
 
 Each test here fails on the code before fencing: there a stale execution's checkpoint, its
 streamed text and its end were written whatever had happened meanwhile, and the keeper's
@@ -18,8 +18,8 @@ from django.utils import timezone
 
 from runs_app import lifecycle
 from runs_app.checkpoint import Checkpointer, write_streamed_texts
-from runs_app.fencing import LeaseLost, fence
-from runs_app.host import host
+from runs_app.execution.fencing import LeaseLost, fence
+from runs_app.execution.host import host
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.models import Message, Part, Session
@@ -193,7 +193,7 @@ def test_the_keeper_renews_while_every_database_thread_is_busy(owner, settings):
     loop = host.ensure()
     begun = host.submit(run.id)
     wait_until(lambda: run.id in host.runs, what="the run live on the host")
-    threads = host.db._max_workers  # noqa: SLF001
+    threads = host.threads.db._max_workers  # noqa: SLF001
     # Every database thread busy for 4 s (what a slow `git add` does to them).
     busy = [
         asyncio.run_coroutine_threadsafe(host.blocking(time.sleep, 4), loop) for _ in range(threads)
@@ -410,7 +410,7 @@ def test_an_execution_that_ends_before_recovering_closes_the_step_left_open(owne
     (error) with the first execution's write in no snapshot."""
     from django.db import OperationalError
 
-    from runs_app import engine
+    from runs_app.execution import engine
 
     run, step = _left_open_by_a_lost_execution(owner)
 
@@ -457,7 +457,7 @@ def test_a_step_closed_by_recovery_is_not_closed_again_by_the_end(owner, monkeyp
     """Found by the 30-minute chaos run (10 parts twice, in pairs): the recovery made the
     closing parts, then the diff event after them failed (Redis restarting); the run ended
     with an error, and its end, not knowing the step closed, closed it a second time."""
-    from runs_app import engine
+    from runs_app.execution import engine
 
     run, step = _left_open_by_a_lost_execution(owner)
 
@@ -476,7 +476,7 @@ def test_a_stale_execution_s_end_keeps_none_of_its_last_step(owner, monkeypatch)
     """A step without tool calls ends the run: its rows are written with the end, in one
     transaction (one commit, the end's conditional move their fence). The run taken over by
     another execution just before that end: neither its last step nor its end is stored."""
-    from runs_app.loop.end import Ending
+    from runs_app.execution.loop.end import Ending
 
     run = submitted(owner, "say the last words")
     original = Ending._record_end
@@ -511,7 +511,7 @@ def test_the_last_step_and_the_end_are_one_commit(owner, monkeypatch):
     end's UPDATE from its fence on (lock order: sessions_app/services/lock.py)."""
     from django.test.utils import CaptureQueriesContext
 
-    from runs_app.loop.end import Ending
+    from runs_app.execution.loop.end import Ending
 
     run = submitted(owner, "say done")
     ends: list[tuple[list[str], int]] = []
@@ -546,7 +546,7 @@ def test_an_end_never_waits_in_a_cycle_with_the_streamed_text_writer(owner):
     part's text, then waited to update the run row that the streamed-text writer held
     ``FOR SHARE``, while that writer waited for the part: a deadlock. The end holds the run
     row from its fence on, before any other row: the writer's turn comes before or after."""
-    from runs_app.loop.end import Ending
+    from runs_app.execution.loop.end import Ending
 
     run = _running(owner)
     writer, message, part = _stored_message(run, "text", "a")
@@ -557,7 +557,7 @@ def test_an_end_never_waits_in_a_cycle_with_the_streamed_text_writer(owner):
     def text_writer() -> None:  # host._text_writer's statement, slowed down between its two
         try:
             with transaction.atomic(), connection.cursor() as cursor:
-                from runs_app.fencing import owned
+                from runs_app.execution.fencing import owned
 
                 assert owned([(run.id, run.lease_epoch)]) == {run.id}
                 shared.set()
@@ -629,10 +629,10 @@ def test_changed_fields_are_compiled_updates_that_a_stale_execution_cannot_write
 
 
 def test_a_stale_execution_neither_confirms_a_revert_nor_writes_its_prompt(owner, monkeypatch):
-    """A prompt over a pending revert confirms it in the prompt's transaction (rule 1.3). The
-    run taken over just before: the revert stays pending, nothing of it is deleted, and no
-    prompt is written — the execution that took the run over does both."""
-    from runs_app.loop.start import StartPhase
+    """A prompt over a pending revert confirms it in the prompt's transaction (docs/semantics.md
+    §1.3). The run taken over just before: the revert stays pending, nothing of it is deleted, and
+    no prompt is written — the execution that took the run over does both."""
+    from runs_app.execution.loop.start import StartPhase
     from sessions_app.services.revert import revert_session
 
     first = submitted(owner, "say one")

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from realtime import events
-from runs_app.host import run_agent
+from runs_app.execution.host import run_agent
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.models import Part, Session

@@ -18,8 +18,8 @@ from rest_framework.authtoken.models import Token
 
 from realtime import events
 from runs_app import metrics as scrape
+from runs_app.execution.runtime import TASK_NAME
 from runs_app.models import Run
-from runs_app.runtime import TASK_NAME
 from sessions_app.models import Message
 from tests.conftest import client_for, new_session, run_turn
 

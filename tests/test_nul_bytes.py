@@ -12,7 +12,7 @@ import pytest
 from django.db import DataError
 
 from runs_app.checkpoint import Checkpointer, storable
-from runs_app.host import run_agent
+from runs_app.execution.host import run_agent
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.models import Part, Session

@@ -9,7 +9,7 @@ import json
 import pytest
 from django.contrib.auth.models import User
 
-from runs_app.host import run_agent
+from runs_app.execution.host import run_agent
 from runs_app.models import Run
 from runs_app.providers.base import Finish, ProviderError, TextDelta, ToolCall
 from runs_app.providers.openai_compat import OpenAIProvider

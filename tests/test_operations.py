@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from core.logs import ContextFilter, JsonFormatter, log_context
-from runs_app import engine
+from runs_app.execution import engine
 from runs_app.models import Run
 from runs_app.services.runs import start_run, wait_for_run
 from sessions_app.models import Session
@@ -45,11 +45,11 @@ def test_log_records_carry_the_run_and_session(api, monkeypatch, caplog):
     original = engine.AgentLoop.execute
 
     def execute(self):  # noqa: ANN001, ANN202
-        logging.getLogger("runs_app.engine").warning("inside the loop")
+        logging.getLogger("runs_app.execution.engine").warning("inside the loop")
         return original(self)
 
     monkeypatch.setattr(engine.AgentLoop, "execute", execute)
-    caplog.set_level(logging.WARNING, logger="runs_app.engine")
+    caplog.set_level(logging.WARNING, logger="runs_app.execution.engine")
     caplog.handler.addFilter(ContextFilter())
     run = run_turn(api, sid, "say hi")
     record = next(r for r in caplog.records if r.getMessage() == "inside the loop")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from runs_app.host import run_agent
+from runs_app.execution.host import run_agent
 from runs_app.services.runs import start_run
 from sessions_app import permissions
 from sessions_app.models import Part, Session

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from runs_app.loop import state as loop_state
+from runs_app.execution.loop import state as loop_state
 from runs_app.models import Run
 from runs_app.providers.base import Finish, ProviderError, TextDelta, classify, status_error
 from runs_app.providers.scripted import ScriptedProvider

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runs_app.host import run_agent
+from runs_app.execution.host import run_agent
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from runs_app.transcript import model_messages

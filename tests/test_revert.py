@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from realtime import events
-from runs_app.loop.start import StartPhase
+from runs_app.execution.loop.start import StartPhase
 from runs_app.models import Run
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from core import heap
-from runs_app import engine
-from runs_app.host import host
+from runs_app.execution import engine
+from runs_app.execution.host import host
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.services.sessions import create_session

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-from runs_app.host import run_agent
+from runs_app.execution.host import run_agent
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.models import Message, Part, Session

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from realtime import events
-from runs_app.host import run_agent
+from runs_app.execution.host import run_agent
 from runs_app.services.runs import start_run
 from sessions_app.models import Message, Part
 from sessions_app.services.sessions import create_session

@@ -7,7 +7,7 @@ checked on the code itself so that a change that breaks it fails here:
 * no function-level import hides a cycle;
 * the session row is locked in one module (``sessions_app/services/lock.py``), and the
   run's transitions (claim, hand-over) happen in one (``runs_app/lifecycle.py``);
-* the mode (embedded or services) is decided in one module (``runs_app/runtime.py``).
+* the mode (embedded or services) is decided in one module (``runs_app/execution/runtime.py``).
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def test_the_run_transitions_have_one_owner():
 
 
 def test_the_mode_is_decided_in_one_module():
-    owner = "runs_app/runtime.py"
+    owner = "runs_app/execution/runtime.py"
     words = ("EMBEDDED", "RUN_EXECUTOR", "REDIS_URL")
     elsewhere = {
         rel(p): [w for w in words if f"settings.{w}" in p.read_text()]
@@ -205,7 +205,7 @@ def test_the_mode_is_decided_in_one_module():
         if rel(p) not in (owner, "config/settings.py")
     }
     elsewhere = {k: v for k, v in elsewhere.items() if v}
-    assert not elsewhere, f"ask runs_app.runtime instead: {elsewhere}"
+    assert not elsewhere, f"ask runs_app.execution.runtime instead: {elsewhere}"
 
 
 def status_writes(path: Path) -> list[tuple[int, str]]:

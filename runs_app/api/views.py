@@ -28,6 +28,7 @@ from sessions_app.services import downloads, sharing
 from workspace import sandbox
 
 from .. import waits
+from ..execution.runtime import enqueue
 from ..models import Run
 from ..runtime import enqueue
 from ..selectors import checkpoint_timeline, run_data, run_for_user, session_runs

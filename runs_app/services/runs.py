@@ -13,7 +13,7 @@ from core.errors import ConflictError, InvalidInput
 from sessions_app.models import Session
 from sessions_app.services import lock
 
-from .. import runtime
+from ..execution import runtime
 from ..lifecycle import admit, cancel_waiting, end_abandoned, finish_unstarted
 from ..models import Run
 

@@ -4,8 +4,8 @@ A step snapshots only the paths its writers said they changed (``workspace.chang
 What a writer changed without saying so would stay out of every snapshot; so an idle
 session's worktree is walked whole, at most once per ``change_journal.VERIFY_SECONDS`` and
 only when something was written since its last walk, by the sweep every worker and the
-embedded server run (``runs_app.sweeper``). A difference the walk finds is recorded as a step
-of its own: a message on the head's path, like an apply's, with the snapshots before and
+embedded server run (``runs_app.execution.sweeper``). A difference the walk finds is recorded
+as a step of its own: a message on the head's path, like an apply's, with the snapshots before and
 after, so a revert to before it puts the files back as they were and the chat shows it.
 """
 

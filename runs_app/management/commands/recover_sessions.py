@@ -8,8 +8,8 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
+from runs_app.execution.sweeper import requeue_expired
 from runs_app.models import Run
-from runs_app.sweeper import requeue_expired
 from sessions_app.models import Session
 
 

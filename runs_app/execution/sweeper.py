@@ -18,8 +18,9 @@ from sessions_app.models import Session
 from sessions_app.services import verify
 from workspace import shared_checkouts
 
-from . import lifecycle, runtime
-from .models import Run
+from .. import lifecycle
+from ..models import Run
+from . import runtime
 
 log = logging.getLogger(__name__)
 

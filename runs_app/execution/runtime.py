@@ -4,8 +4,9 @@ The mode decides three things, each provided from this module:
 
 * **where a run executes** (``enqueue``): a Celery task in services mode, this process's run
   host in embedded mode (``RUN_EXECUTOR=thread``, which the in-process tests also use). Both
-  end on a run host (``runs_app/host.py``), registered by the app at start-up
-  (``set_runner``) so that this module needs no import of it;
+  end on a run host (``host.py``): the Celery task hands the run to it, and in embedded mode
+  the host's intake thread takes it from this module's local queue (``local_runs``), so that
+  the host imports this module and never the other way;
 * **how an abort reaches a running loop** (``abort_bus``): Redis pub/sub across processes,
   or an in-process event;
 * **where events are published from**: in embedded mode the in-memory channel layer lives on
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import queue
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +40,7 @@ log = logging.getLogger(__name__)
 TASK_NAME = "runs_app.run_agent"
 PREPARE_TASK = "runs_app.prepare_session"
 
-_runner: Callable[[str], object] | None = None
+_local: queue.SimpleQueue[str] = queue.SimpleQueue()
 _bus: buses.AbortBus | None = None
 _bus_lock = threading.Lock()
 
@@ -58,10 +60,10 @@ def in_process() -> bool:
     return settings.RUN_EXECUTOR == "thread"
 
 
-def set_runner(runner: Callable[[str], object]) -> None:
-    """How a run is handed to this process's run host (``host.submit``); set at start-up."""
-    global _runner
-    _runner = runner
+def local_runs() -> queue.SimpleQueue[str]:
+    """The runs this process enqueued in embedded mode, for its run host to take
+    (``host.take_local_runs``)."""
+    return _local
 
 
 class _Sent:
@@ -78,15 +80,14 @@ class _Sent:
 _NO_RESULT: dict[str, Any] = {"ignore_result": True, "result_cls": _Sent}
 
 
-def enqueue(run_id: str) -> object:
+def enqueue(run_id: str) -> None:
     """Start ``run_id`` where runs execute in this mode. Call after the transaction that
     created or queued the run commits (``enqueue_on_commit``)."""
     if in_process():
-        assert _runner is not None, "runs_app is not ready: no runner registered"
-        return _runner(run_id)
+        _local.put(run_id)  # taken by this process's run host (``host.take_local_runs``)
+        return
     # The project's Celery app (config/celery.py) is the current one once Django is set up.
     current_app.send_task(TASK_NAME, args=[run_id], task_id=run_id, **_NO_RESULT)
-    return None
 
 
 def enqueue_prepare(session_id: str, job: str) -> None:

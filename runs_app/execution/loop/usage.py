@@ -13,8 +13,8 @@ from quotas_app import clock
 from quotas_app import services as quotas
 from sessions_app.models import Message, Part
 
-from .. import compaction
-from ..providers.base import ToolCall
+from ... import compaction
+from ...providers.base import ToolCall
 from .errors import BudgetReached
 from .state import LoopState
 

@@ -17,7 +17,7 @@ from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, message_data, session_data
 from sessions_app.services.cleanup import cleanup_session
 
-from ..models import Run
+from ...models import Run
 from .errors import UNFINISHED
 from .recovery import turn_finished
 from .state import LoopState

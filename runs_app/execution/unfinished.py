@@ -19,7 +19,7 @@ from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import part_data
 from workspace import snapshots
 
-from .models import Run
+from ..models import Run
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,10 @@ from realtime import events
 from sessions_app.models import Message, Part
 from sessions_app.selectors import part_data
 
-from .. import lifecycle, output_schema, unfinished
-from ..checkpoint import storable
-from ..models import Run
+from ... import lifecycle, output_schema
+from ...checkpoint import storable
+from ...models import Run
+from .. import unfinished
 from .errors import LockLost
 from .state import LoopState
 

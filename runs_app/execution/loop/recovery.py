@@ -13,7 +13,7 @@ from realtime import events
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data
 
-from ..tools import TOOLS
+from ...tools import TOOLS
 from .errors import UNFINISHED, AwaitingApproval
 from .gate import approval_of
 from .state import LoopState

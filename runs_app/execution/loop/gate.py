@@ -14,8 +14,8 @@ from sessions_app import permissions
 from sessions_app.models import Part
 from sessions_app.selectors import part_data
 
-from .. import lifecycle
-from ..tools import ToolError, current_text
+from ... import lifecycle
+from ...tools import ToolError, current_text
 from .errors import LockLost
 from .state import LoopState
 

@@ -11,11 +11,11 @@ from quotas_app.limits import Limits
 from sessions_app.models import Message, Session
 from workspace import snapshots
 
-from ..checkpoint import Checkpointer
+from ...checkpoint import Checkpointer
+from ...models import Run
+from ...providers import get_provider
+from ...tools import available_tools
 from ..control import RunControl, RunHostLike
-from ..models import Run
-from ..providers import get_provider
-from ..tools import available_tools
 from .errors import Aborted, LockLost
 
 T = TypeVar("T")

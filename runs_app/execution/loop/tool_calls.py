@@ -15,8 +15,8 @@ from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import part_data
 from workspace import sandbox
 
-from ..providers.base import ToolCall
-from ..tools import TOOLS, ToolContext, ToolError, ToolInterrupted
+from ...providers.base import ToolCall
+from ...tools import TOOLS, ToolContext, ToolError, ToolInterrupted
 from .errors import Aborted, LockLost
 from .state import LoopState
 

@@ -17,10 +17,10 @@ from realtime import events
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data, part_data
 
-from .. import compaction
-from ..providers import ProviderError
-from ..providers.base import Finish, ReasoningDelta, StructuredOutput, TextDelta, ToolCall
-from ..transcript import model_messages
+from ... import compaction
+from ...providers import ProviderError
+from ...providers.base import Finish, ReasoningDelta, StructuredOutput, TextDelta, ToolCall
+from ...transcript import model_messages
 from .state import LoopState
 
 log = logging.getLogger(__name__)

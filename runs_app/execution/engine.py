@@ -31,6 +31,9 @@ from quotas_app.limits import effective as effective_limits
 from realtime import events
 from sessions_app.selectors import active_path
 
+from ..models import Run
+from ..providers import ProviderError
+from ..selectors import run_data
 from .loop.end import Ending
 from .loop.errors import Aborted, AwaitingApproval, BudgetReached, ContextOverflow, LockLost
 from .loop.gate import ToolGate, approval_preview
@@ -41,9 +44,6 @@ from .loop.start import StartPhase
 from .loop.steps import StepPhase
 from .loop.tool_calls import ToolRunner
 from .loop.usage import UsageMeter
-from .models import Run
-from .providers import ProviderError
-from .selectors import run_data
 
 log = logging.getLogger(__name__)
 

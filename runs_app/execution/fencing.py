@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from django.db import connection
 
-from .models import Run
+from ..models import Run
 
 
 class LeaseLost(Exception):

@@ -15,7 +15,7 @@ from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data
 from workspace import change_journal, skipped_files, snapshots
 
-from ..providers import ProviderError
+from ...providers import ProviderError
 from .errors import AwaitingApproval, ContextOverflow, LockLost
 from .state import LoopState
 
