@@ -1,4 +1,4 @@
-"""Web and worker never run as root (SEMANTICS 11.3).
+"""Web and worker never run as root (docs/semantics.md §11.3).
 
 Worktree content is hostile: a confinement mistake anywhere (a git the server starts, a file
 it opens, a sandbox escape) is bounded by what the server's own user may do. As root that is

@@ -1,4 +1,4 @@
-"""Issue 15 / SEMANTICS 8: tool permissions and the owner's approval of calls that wait.
+"""Issue 15 / docs/semantics.md §8: tool permissions and the owner's approval of calls that wait.
 Runs go through the API and the run host (in process); the real-path test (a Celery worker
 restarted while the run waits) is tests/e2e/test_approvals_e2e.py."""
 

@@ -283,7 +283,7 @@ def test_a_lapsed_lease_of_a_run_not_ended_still_holds_its_session(owner):
 def test_a_run_ended_as_abandoned_records_what_its_open_step_did_to_the_files(owner):
     """Found by the chaos test: a worker killed between a tool and its step's snapshot, then
     the run cancelled, left the tool's change in the worktree and in no snapshot (a revert
-    would lose it). Ending it closes the open step as an abort would (SEMANTICS 1.7)."""
+    would lose it). Ending it closes the open step as an abort would (docs/semantics.md §1.7)."""
     from workspace import snapshots
 
     run = _running(owner)

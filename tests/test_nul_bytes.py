@@ -1,7 +1,8 @@
 """Bytes the database cannot hold (NUL, lone surrogates) in what a tool or a model returns are
 stored escaped and never crash a run; a run that crashes at every attempt ends in error
 instead of being re-enqueued forever; a run whose worker is gone can always be cancelled
-(SEMANTICS 11.5; issue 14, finding 8). Runs on PostgreSQL, which refuses ``\\u0000`` in jsonb.
+(docs/semantics.md §11.5; issue 14, finding 8). Runs on PostgreSQL, which refuses ``\\u0000`` in
+jsonb.
 """
 
 from __future__ import annotations

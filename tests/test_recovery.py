@@ -1,4 +1,5 @@
-"""SEMANTICS 1.5: each row of the recovery table, through resume runs of the real engine."""
+"""docs/semantics.md §1.5: each row of the recovery table, through resume runs of the real
+engine."""
 
 from __future__ import annotations
 

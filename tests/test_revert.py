@@ -187,8 +187,8 @@ def test_a_new_prompt_confirms_a_pending_revert(api, sid):
 
 
 def test_a_prompt_over_a_revert_confirms_it_in_the_prompt_s_own_transaction(api, sid, monkeypatch):
-    """Rule 1.3: the revert's confirmation and the new prompt are stored together. A reader
-    between the two saw the reverted turns gone and the prompt not there yet (an empty chat
+    """docs/semantics.md §1.3: the revert's confirmation and the new prompt are stored together. A
+    reader between the two saw the reverted turns gone and the prompt not there yet (an empty chat
     with "later branches", in a CI run of the browser tests); now the cleanup's events go out
     once the prompt is stored too, and a prompt that fails to be written leaves the revert
     pending, nothing deleted."""

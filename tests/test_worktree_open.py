@@ -1,5 +1,5 @@
-"""Worktree files are opened by descriptor, never through a link, never blocking (SEMANTICS
-11.2; security findings 2 and 3). The agent's shell can swap a file and a link atomically
+"""Worktree files are opened by descriptor, never through a link, never blocking (docs/semantics.md
+§11.2; security findings 2 and 3). The agent's shell can swap a file and a link atomically
 (``renameat2(RENAME_EXCHANGE)``) as fast as it likes: a server that checks a name and then
 opens it loses that race. Here another process swaps two names in a tight loop while the file
 viewer, the listing and the file tools are called thousands of times; nothing outside the
