@@ -30,7 +30,6 @@ from workspace import sandbox
 from .. import waits
 from ..execution.runtime import enqueue
 from ..models import Run
-from ..runtime import enqueue
 from ..selectors import checkpoint_timeline, run_data, run_for_user, session_runs
 from ..services import approvals, branching, export, importing
 from ..services import fork as fork_services
