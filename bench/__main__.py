@@ -1,6 +1,6 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
 sandbox, undo, snapshots, repo, abort, fork, load, render, paint, quota, branches, api,
-publish, whole_run, chaos.
+publish, whole_run, compiled, chaos.
 
 ``chaos`` (the chaos test at length: ``--minutes``, 30 by default) runs only when named with
 ``--only``; the others run by default.
@@ -44,6 +44,7 @@ BENCHES = (
     "publish",
     "fanout",
     "whole_run",
+    "compiled",
     "chaos",
 )
 # Run only when named (``--only chaos``): half an hour of faults.
@@ -372,6 +373,7 @@ SIMPLE = (
     ("publish", "publishing events: one Redis round trip a batch vs two", "publish", True),
     ("fanout", "web process CPU per websocket frame, before vs after", "fanout", True),
     ("whole_run", "a whole run writing one file, 50,000 files vs 10", "whole_run", True),
+    ("compiled", "compiled statements vs the plain ORM, CPU per call", "compiled", True),
 )
 
 

@@ -14,13 +14,30 @@ each value must reach the SQL's parameters unchanged, which the first compilatio
 ``list`` value (an ``__in`` lookup, whose SQL has one placeholder per item) is one array
 parameter on PostgreSQL (``= ANY(%s)``); elsewhere (SQLite) such a queryset is built and run
 by the ORM each time.
+
+**The seam.** Everything here that reaches into Django's private query API
+(``django.db.models.sql``: the compilers, ``UpdateQuery``, a query's attributes) is in the
+three functions of the section "The seam" below: ``select_sql`` (a SELECT's SQL, its
+parameters, its columns and the compiler's conversions), ``update_sql`` (an UPDATE's) and
+``insert_types`` (the column types of an INSERT, which writes its own SQL). The rest uses
+them and the documented API (``Model.from_db``, a field's ``pre_save`` and
+``get_db_prep_save``). ``tests/test_compiled.py`` runs the three against the installed
+Django and compiles every statement the code holds (``statements``): an upgrade that
+changes the private API fails there first. Whoever removes this module replaces each
+statement with the queryset it is built from (``plain_orm`` runs them so).
+
+What each statement saves, measured against the plain ORM side by side (``./dev bench
+--only compiled``; docs/benchmarks.md, "Compiled statements (issue 44)"): a statement stays
+here only where it saves at least a fifth of its path's CPU.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Hashable
+import weakref
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -28,7 +45,6 @@ from typing import Any, Generic, TypeVar
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router
 from django.db.models import Model, QuerySet, Value
-from django.db.models.sql.compiler import SQLCompiler
 from django.db.models.sql.subqueries import UpdateQuery
 from django.db.transaction import TransactionManagementError
 
@@ -38,6 +54,109 @@ M = TypeVar("M", bound=Model)
 # not SQL): near its top, far above any id, epoch or count.
 _MARKER_INT = 2**31 - 1000
 _MARKER_AT = datetime(1901, 1, 1, tzinfo=UTC)  # no lease or stamp is this old
+
+
+_PLAIN = threading.local()
+
+
+@contextmanager
+def plain_orm() -> Iterator[None]:
+    """Meanwhile, in this thread, every statement of this module is built and run by the
+    ORM each time, as the code would run it without this module: what it saves is measured
+    against that (``bench/compiled.py``), and what it gives is checked against that
+    (``tests/test_compiled.py``)."""
+    _PLAIN.on = True
+    try:
+        yield
+    finally:
+        _PLAIN.on = False
+
+
+def _plain() -> bool:
+    return getattr(_PLAIN, "on", False)
+
+
+_STATEMENTS: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
+def statements() -> list[Compiled[Any] | CompiledUpdate[Any]]:
+    """Every compiled SELECT and UPDATE made so far (the modules' own, made at import, and
+    each shape of an UPDATE made at its first use): what an upgrade must compile again."""
+    return list(_STATEMENTS)
+
+
+# -- The seam: Django's private query API, used here and nowhere else --------------------
+@dataclass(frozen=True)
+class Select:
+    """A SELECT as the ORM compiles it: its SQL and parameters, the names of the columns each
+    row holds, and ``convert``, the ORM's conversions of fetched rows (a JSON field's
+    decoding)."""
+
+    sql: str
+    params: tuple[Any, ...]
+    names: tuple[str, ...]  # a model's field attnames, or a values() queryset's keys
+    instances: bool  # rows of model instances, not values()
+    whole_rows: bool  # every concrete field of one model, nothing joined in
+    locking: bool  # FOR UPDATE, where the database has it
+    vendor: str
+    convert: Callable[[list[tuple]], list[tuple]]
+
+
+def select_sql(queryset: QuerySet[Any]) -> Select:
+    """``queryset``'s SELECT, compiled by the ORM."""
+    query = queryset.query
+    compiler = query.get_compiler(queryset.db)
+    sql, params = compiler.as_sql()
+    instances = queryset._fields is None  # not values(), values_list()
+    if not instances:
+        names = (*query.extra_select, *query.values_select, *query.annotation_select)
+        whole = False
+    else:
+        names = tuple(f.attname for f in queryset.model._meta.concrete_fields)
+        whole = query.deferred_loading == (frozenset(), True) and not query.select_related
+    connection = compiler.connection
+    return Select(
+        sql,
+        tuple(params),
+        names,
+        instances,
+        whole,
+        bool(query.select_for_update and connection.features.has_select_for_update),
+        connection.vendor,
+        lambda rows: list(compiler.results_iter(results=[rows], tuple_expected=True)),
+    )
+
+
+def update_sql(queryset: QuerySet[Any], values: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
+    """``queryset.update(**values)``'s SQL and parameters, compiled by the ORM; only an
+    UPDATE of one table (no join in its filter, no parent model's row)."""
+    query = queryset.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    query.annotations = {}
+    compiler = query.get_compiler(queryset.db)
+    compiler.pre_sql_setup()
+    if query.related_updates or query.count_active_tables() != 1:
+        raise ImproperlyConfigured("only updates of one table are compiled")
+    sql, params = compiler.as_sql()
+    return sql, tuple(params)
+
+
+def insert_types(fields: tuple[Any, ...], connection: Any) -> tuple[str, ...]:
+    """The column type of each field, for an INSERT of arrays (``UNNEST(%s::type[])``);
+    ImproperlyConfigured for a field whose value the database makes or whose placeholder is
+    not ``%s``."""
+    for field in fields:
+        kind = (field.target_field if field.is_relation else field).get_internal_type()
+        if (
+            kind not in connection.data_types
+            or hasattr(field, "get_placeholder")
+            or getattr(field, "db_returning", False)
+        ):
+            raise ImproperlyConfigured(f"{field.model._meta.label}.{field.name} is not compiled")
+    return tuple(f.db_type(connection).split("(")[0] for f in fields)
+
+
+# -- Statements compiled once ------------------------------------------------------------
 
 
 def _markers(kinds: dict[str, type], allowed: tuple[type, ...]) -> dict[str, Any]:
@@ -82,10 +201,9 @@ def _named(param: Any, markers: dict[str, Any], sql: str) -> str | None:
 class _Ready:
     sql: str
     order: tuple[tuple[str | None, Any], ...]  # each parameter: a value's name, or a constant
-    compiler: SQLCompiler
+    select: Select
+    model: type[Model]
     alias: str
-    names: tuple[str, ...]  # a model's field attnames, or a values() queryset's keys
-    locking: bool  # select_for_update(): only inside a transaction, as the ORM insists
     by_orm: bool  # a list value on a database without arrays: the ORM runs it each time
 
 
@@ -109,6 +227,7 @@ class Compiled(Generic[M]):
         self._kinds = kinds
         self._ready: _Ready | None = None
         self._lock = threading.Lock()
+        _STATEMENTS.add(self)
 
     def _compile(self) -> _Ready:
         with self._lock:
@@ -122,37 +241,31 @@ class Compiled(Generic[M]):
         queryset = self._build(
             **{n: [m] if n in lists else m for n, m in markers.items()}  # one item each
         )
-        compiler = queryset.query.get_compiler(queryset.db)
-        sql, params = compiler.as_sql()
+        select = select_sql(queryset)
+        sql = select.sql
         order: list[tuple[str | None, Any]] = []
-        for index, param in enumerate(params):
+        for index, param in enumerate(select.params):
             name = _named(param, markers, sql)
             if name in lists:
                 sql = _as_array(sql, index)
             order.append((name, None if name else param))
         if {name for name, _ in order if name} != set(markers):
             raise ImproperlyConfigured(f"values that reach no parameter: {sql}")
-        query = queryset.query
-        if queryset._fields is not None:  # values()
-            names = (*query.extra_select, *query.values_select, *query.annotation_select)
-        else:
-            names = tuple(f.attname for f in queryset.model._meta.concrete_fields)
-            if query.deferred_loading != (frozenset(), True) or query.select_related:
-                raise ImproperlyConfigured("only whole rows of one model are compiled")
-        # As the ORM: FOR UPDATE (and its refusal outside a transaction) where the database
-        # has it; SQLite (embedded mode) has not.
-        locking = query.select_for_update and compiler.connection.features.has_select_for_update
-        by_orm = bool(lists) and compiler.connection.vendor != "postgresql"
-        return _Ready(sql, tuple(order), compiler, queryset.db, names, locking, by_orm)
+        if select.instances and not select.whole_rows:
+            raise ImproperlyConfigured("only whole rows of one model are compiled")
+        by_orm = bool(lists) and select.vendor != "postgresql"
+        return _Ready(sql, tuple(order), select, queryset.model, queryset.db, by_orm)
 
     def _rows(self, ready: _Ready, values: dict[str, Any]) -> list[tuple]:
         if set(values) != set(self._kinds):
             raise TypeError(f"expected the values {sorted(self._kinds)}")
         if ready.by_orm:  # the same columns, read and converted by the ORM
-            return list(self._build(**values).values_list(*ready.names))
+            return list(self._build(**values).values_list(*ready.select.names))
         params = [values[name] if name else constant for name, constant in ready.order]
         connection = connections[ready.alias]
-        if ready.locking and connection.get_autocommit():
+        # As the ORM: FOR UPDATE (and its refusal outside a transaction) where the database
+        # has it; SQLite (embedded mode) has not.
+        if ready.select.locking and connection.get_autocommit():
             raise TransactionManagementError(
                 "select_for_update cannot be used outside of a transaction."
             )
@@ -160,31 +273,39 @@ class Compiled(Generic[M]):
             cursor.execute(ready.sql, params)
             rows = cursor.fetchall()
         # The compiler's conversions, as the ORM applies them (a JSON field's decoding).
-        return list(ready.compiler.results_iter(results=[rows]))
+        return ready.select.convert(rows)
 
     def first(self, **values: Any) -> M | None:
         """The first row as a model instance (the queryset's order), or None."""
+        if _plain():
+            return next(iter(self._build(**values)), None)
         ready = self._ready or self._compile()
         rows = self._rows(ready, values)
         if not rows:
             return None
-        model = ready.compiler.query.model
-        return model.from_db(ready.alias, ready.names, rows[0])  # type: ignore[return-value]
+        return ready.model.from_db(ready.alias, ready.select.names, rows[0])  # type: ignore[return-value]
 
     def all(self, **values: Any) -> list[M]:
         """Every row as a model instance, in the queryset's order."""
+        if _plain():
+            return list(self._build(**values))
         ready = self._ready or self._compile()
-        build = ready.compiler.query.model.from_db
-        return [build(ready.alias, ready.names, row) for row in self._rows(ready, values)]
+        build, names = ready.model.from_db, ready.select.names
+        return [build(ready.alias, names, row) for row in self._rows(ready, values)]
 
     def rows(self, **values: Any) -> list[tuple]:
         """A ``values_list()`` queryset's rows, as the ORM gives them."""
+        if _plain():
+            return list(self._build(**values))
         return self._rows(self._ready or self._compile(), values)
 
     def dicts(self, **values: Any) -> list[dict[str, Any]]:
         """A ``values()`` queryset's rows, as the ORM gives them."""
+        if _plain():
+            return list(self._build(**values))
         ready = self._ready or self._compile()
-        return [dict(zip(ready.names, row, strict=True)) for row in self._rows(ready, values)]
+        names = ready.select.names
+        return [dict(zip(names, row, strict=True)) for row in self._rows(ready, values)]
 
 
 class CompiledUpdate(Generic[M]):
@@ -210,6 +331,7 @@ class CompiledUpdate(Generic[M]):
         self._ready: tuple[str, tuple[tuple[str, Any], ...], str] | None = None
         self._by_orm: bool | None = None  # known at the first update
         self._lock = threading.Lock()
+        _STATEMENTS.add(self)
 
     def _compile(self) -> tuple[str, tuple[tuple[str, Any], ...], str]:
         with self._lock:
@@ -221,14 +343,9 @@ class CompiledUpdate(Generic[M]):
         keys = _markers(self._kinds, (str, int, datetime))
         sets = {name: f"\x00set {name}\x00" for name in self._set}
         queryset = self._build(**keys)
-        query = queryset.query.chain(UpdateQuery)
-        query.add_update_values({**{n: Value(m) for n, m in sets.items()}, **self._fixed})
-        query.annotations = {}
-        compiler = query.get_compiler(queryset.db)
-        compiler.pre_sql_setup()
-        if query.related_updates or query.count_active_tables() != 1:
-            raise ImproperlyConfigured("only updates of one table are compiled")
-        sql, params = compiler.as_sql()
+        sql, params = update_sql(
+            queryset, {**{n: Value(m) for n, m in sets.items()}, **self._fixed}
+        )
         meta = queryset.model._meta
         order: list[tuple[str, Any]] = []
         for param in params:
@@ -251,7 +368,7 @@ class CompiledUpdate(Generic[M]):
             raise TypeError(f"expected the fields {self._set} and the keys {sorted(self._kinds)}")
         if self._by_orm is None:
             self._by_orm = connections[self._build(**keys).db].vendor != "postgresql"
-        if self._by_orm:
+        if self._by_orm or _plain():
             return self._build(**keys).update(**values, **self._fixed)
         sql, order, alias = self._ready or self._compile()
         connection = connections[alias]
@@ -302,21 +419,13 @@ class CompiledInsert(Generic[M]):
         fields = tuple(
             f for f in meta.concrete_fields if self._ids or not getattr(f, "db_returning", False)
         )
-        for field in fields:
-            kind = (field.target_field if field.is_relation else field).get_internal_type()
-            if (
-                kind not in connection.data_types
-                or hasattr(field, "get_placeholder")
-                or getattr(field, "db_returning", False)
-            ):
-                raise ImproperlyConfigured(f"{meta.label}.{field.name} is not compiled")
+        types = insert_types(fields, connection)
         quote = connection.ops.quote_name
         head = f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)})"
         if count:
             row = f"({', '.join(['%s'] * len(fields))})"
             sql = f"{head} VALUES {', '.join([row] * count)}"
         else:
-            types = (f.db_type(connection).split("(")[0] for f in fields)
             sql = f"{head} SELECT * FROM UNNEST({', '.join(f'(%s)::{t}[]' for t in types)})"
         self._fields = fields
         return self._sql.setdefault(count, sql)
@@ -326,7 +435,7 @@ class CompiledInsert(Generic[M]):
             return
         alias = router.db_for_write(self._model)
         connection = connections[alias]
-        if connection.vendor != "postgresql":
+        if connection.vendor != "postgresql" or _plain():
             self._model._default_manager.using(alias).bulk_create(rows)
             return
         count = len(rows) if len(rows) <= self.ROWS_EACH else 0

@@ -1,5 +1,7 @@
 """core/compiled.py: a queryset compiled once, run again with other values, gives what the
-ORM gives; the hot reads use it (no compilation per request or run start)."""
+ORM gives; the hot reads use it (no compilation per request or run start). The first tests
+run its seam (the private query API of Django it uses) against the installed Django: an
+upgrade that changes that API fails here first (what to do then: the module's docstring)."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.db.models.sql.compiler import SQLCompiler
 
-from core.compiled import Compiled
+from core.compiled import Compiled, plain_orm, statements
 from quotas_app.limits import NAMES, effective, resolve
 from quotas_app.models import Quota
 from runs_app.selectors import run_row
@@ -42,6 +44,139 @@ def compiled_models(compiler: type = SQLCompiler) -> Iterator[list[type]]:
 
 def fields(instance: object, model: type) -> dict:
     return {f.attname: getattr(instance, f.attname) for f in model._meta.concrete_fields}
+
+
+# -- The seam, against the installed Django --------------------------------------------------
+def test_the_seam_s_select_is_the_orms(owner):
+    """``select_sql``: the SQL, parameters, columns and conversions of a SELECT, as the ORM
+    compiles them; run by hand, they give what the ORM gives (a JSON field decoded)."""
+    import django
+    from django.db import connection
+
+    from core.compiled import select_sql
+
+    session = _rich_session(owner)
+    for queryset, instances in (
+        (Session.objects.filter(id=session.id), True),
+        (Session.objects.filter(id=session.id).values_list("id", "usage", "owner_id"), False),
+        (Session.objects.filter(id=session.id).values("revert", "owner__username"), False),
+    ):
+        select = select_sql(queryset)
+        assert select.params == (session.id,), (django.get_version(), select)
+        assert select.instances is instances and select.vendor == connection.vendor
+        with connection.cursor() as cursor:
+            cursor.execute(select.sql, select.params)
+            rows = select.convert(cursor.fetchall())
+        if instances:
+            assert select.whole_rows and not select.locking
+            assert fields(Session.from_db("default", select.names, rows[0]), Session) == fields(
+                session, Session
+            )
+        else:
+            assert rows == list(queryset.values_list(*select.names))
+    assert select.names == ("revert", "owner__username")
+    assert rows == [({"message_id": "msg_x", "snapshot": "abc"}, owner.username)]
+    assert not select_sql(Session.objects.defer("title")).whole_rows
+    assert not select_sql(Session.objects.select_related("owner")).whole_rows
+
+
+def test_the_seam_s_update_is_the_orms(owner):
+    """``update_sql``: an UPDATE's SQL and parameters, as the ORM compiles them."""
+    from django.db import connection
+    from django.db.models import F, Value
+
+    from core.compiled import update_sql
+
+    session = create_session(owner=owner)
+    sql, params = update_sql(
+        Session.objects.filter(id=session.id),
+        {"title": Value("renamed"), "context_tokens": F("context_tokens") + 5},
+    )
+    assert sql.startswith("UPDATE") and session.id in params and "renamed" in params
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        assert cursor.rowcount == 1
+    stored = Session.objects.get(id=session.id)
+    assert (stored.title, stored.context_tokens) == ("renamed", session.context_tokens + 5)
+    with pytest.raises(ImproperlyConfigured, match="one table"):
+        update_sql(Session.objects.filter(owner__username="x"), {"title": Value("y")})
+
+
+def test_the_seam_s_insert_types_are_the_databases(db):
+    from django.db import connection
+
+    from core.compiled import insert_types
+
+    by_name = {f.name: f for f in Part._meta.concrete_fields}
+    types = insert_types((by_name["id"], by_name["order"], by_name["state"]), connection)
+    assert types == ("varchar", "integer", "jsonb")
+    with pytest.raises(ImproperlyConfigured, match="is not compiled"):
+        insert_types((Session._meta.get_field("owner").target_field,), connection)
+
+
+def test_every_statement_of_the_code_compiles_with_the_installed_django(db):
+    """Each statement the code keeps compiled (its modules' own; the UPDATEs of a shape
+    made at first use are compiled by the run tests) compiles against this Django."""
+    from quotas_app import limits
+    from runs_app import checkpoint, lifecycle
+    from runs_app import selectors as run_selectors
+    from sessions_app import selectors as session_selectors
+    from sessions_app.api import token_auth
+
+    kept = {
+        lock._LOCK,
+        lock._LOCK_OF_RUN,
+        lock._CLAIM,
+        lock._CLAIM_EXPIRED,
+        lifecycle._QUEUED,
+        run_selectors._RUN,
+        session_selectors._OWN_SESSION,
+        session_selectors._TREE,
+        session_selectors._MESSAGES,
+        session_selectors._PARTS,
+        checkpoint._SET_HEAD,
+        limits._QUOTA_ROWS,
+        token_auth._USER_OF_TOKEN,
+    }
+    assert kept <= set(statements())
+    for statement in statements():
+        assert statement._compile()
+
+
+def test_the_compiled_reads_give_what_the_plain_orm_gives(owner):
+    """Every compiled read, called as its code calls it, compiled and by the plain ORM."""
+    from quotas_app.limits import effective
+    from runs_app import lifecycle
+    from sessions_app.api.token_auth import TokenAuthentication
+
+    from .conftest import client_for
+
+    session, ids = _tree(owner)
+    run = submitted(owner, "say hi")
+    client_for(owner)  # its token
+    key = owner.auth_token.key
+
+    def reads() -> list:
+        with transaction.atomic():
+            locked = [lock.lock_session(session.id), lock.lock_session_of_run(run.id)]
+        user, _token = TokenAuthentication().authenticate_credentials(key)
+        return [
+            *(fields(s, Session) for s in locked),
+            fields(session_for_user(owner, session.id), Session),
+            fields(run_row(run.id), type(run)),
+            path_ids(session.head_id, session.id),
+            [
+                (fields(m, Message), [fields(p, Part) for p in m.loaded_parts])
+                for m in messages_with_parts(ids)
+            ],
+            effective(owner.pk),
+            lifecycle._QUEUED.rows(session_id=run.session_id, run_id="run_other"),
+            fields(user, type(user)),
+        ]
+
+    compiled = reads()
+    with plain_orm():
+        assert reads() == compiled
 
 
 def _rich_session(owner) -> Session:  # noqa: ANN001
