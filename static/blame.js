@@ -1,5 +1,5 @@
-// Blame in the file viewer (issue 27, SEMANTICS 14.4): a gutter beside the file's lines that
-// names, for each run of lines, the step that last changed it ("msg 3 · write"); a click
+// Blame in the file viewer (issue 27, docs/semantics.md §14.4): a gutter beside the file's lines
+// that names, for each run of lines, the step that last changed it ("msg 3 · write"); a click
 // scrolls to that message in the conversation and highlights it. Lines from before the
 // session's first snapshot (a clone, an upload) say so. A file blame cannot read (binary,
 // too large, not in the snapshots yet) stays as plain text.
