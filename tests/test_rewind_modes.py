@@ -1,6 +1,7 @@
-"""docs/semantics.md §14.5, rewind modes of ``POST /api/sessions/{id}/revert/``: ``both`` (3.x),
-``conversation`` (the boundary moves, the files stay) and ``files`` (the files go back, the
-conversation stays, a ``files-revert`` history event that ``unrevert`` undoes)."""
+"""docs/semantics.md §14.5, rewind modes of ``POST /api/sessions/{id}/revert/``: ``both``
+(docs/semantics.md §3), ``conversation`` (the boundary moves, the files stay) and ``files`` (the
+files go back, the conversation stays, a ``files-revert`` history event that ``unrevert``
+undoes)."""
 
 from __future__ import annotations
 

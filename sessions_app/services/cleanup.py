@@ -1,6 +1,7 @@
 """Cleanup (docs/semantics.md §3.6): the pending revert confirmed — what lies after its boundary is
 deleted (with the branches hanging off it), and the files stay the reverted ones. It holds
-the session row; a prompt run that holds the busy lock cleans up first (1.3)."""
+the session row; a prompt run that holds the busy lock cleans up first (docs/semantics.md
+§1.3)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ def cleanup_session(
     fence: Callable[[], None] | None = None,
 ) -> Session:
     """docs/semantics.md §3.6. ``holder_run_id``: a prompt run that holds the lock cleans up first
-    (1.3); ``fence`` (that run's execution) raises inside the transaction when the execution does
-    not own its run any more (runs_app/fencing.py): then nothing is cleaned up."""
+    (docs/semantics.md §1.3); ``fence`` (that run's execution) raises inside the transaction when
+    the execution does not own its run any more (runs_app/execution/fencing.py): then nothing is
+    cleaned up."""
     with transaction.atomic():
         locked = lock.lock_idle_session(session.id, holder_run_id=holder_run_id)
         if fence is not None:

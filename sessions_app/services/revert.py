@@ -12,7 +12,8 @@ never disagree about whether the session is reverted.
 
 Rewind modes (docs/semantics.md §14.5), ``mode`` of ``revert_session`` and ``plan_revert``:
 
-* ``both`` (the default): the conversation's boundary moves and the files go back (3.x).
+* ``both`` (the default): the conversation's boundary moves and the files go back
+  (docs/semantics.md §3).
 * ``conversation``: the boundary moves as with ``both`` (a pending revert, confirmable and
   unrevertable) but the files are left exactly as they are. The record says ``mode``; an
   unrevert of it touches no file unless an earlier pending revert had moved them.
