@@ -5,7 +5,7 @@ Under ASGI, Django runs every hook of a ``MiddlewareMixin`` middleware through
 middleware, fourteen a request for the eight below (about 80 µs of CPU each on an idle
 machine, more under load). Their hooks read and write headers, cookies and lazy attributes
 of the request, so here they run inline on the loop, as ``NulGuardMiddleware``
-(sessions_app/api/guards.py) does. A hook that can reach the database still runs on the
+(api/guards.py) does. A hook that can reach the database still runs on the
 request's thread: saving a session that was modified, storing messages that were added or
 read, a CSRF secret kept in the session. Measured with ``./dev bench --only api``
 (bench/api_cost.py): about 1.1–1.5 ms less of the web process's CPU per API request.

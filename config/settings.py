@@ -70,7 +70,7 @@ MIDDLEWARE = [
     "config.middleware.SecurityMiddleware",
     # Before axes' middleware, so that the lockout page it puts in place gets the policy too.
     "config.middleware.CSPMiddleware",
-    "sessions_app.api.guards.NulGuardMiddleware",
+    "api.guards.NulGuardMiddleware",
     "config.middleware.SessionMiddleware",
     "config.middleware.CommonMiddleware",
     "config.middleware.CsrfViewMiddleware",
@@ -180,9 +180,9 @@ REST_FRAMEWORK = {
         "sessions_app.api.token_auth.TokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_RENDERER_CLASSES": ["sessions_app.api.guards.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["sessions_app.api.guards.StrictJSONParser"],
-    "EXCEPTION_HANDLER": "sessions_app.api.errors.exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["api.guards.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["api.guards.StrictJSONParser"],
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }

@@ -131,6 +131,6 @@ urlpatterns = [
     ),
 ]
 
-handler400 = "sessions_app.api.errors.json_400"
-handler404 = "sessions_app.api.errors.json_404"
-handler500 = "sessions_app.api.errors.json_500"
+handler400 = "api.errors.json_400"
+handler404 = "api.errors.json_404"
+handler500 = "api.errors.json_500"

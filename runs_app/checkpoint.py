@@ -25,11 +25,11 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.utils import timezone
 
+from api.guards import unstorable_text
 from core.compiled import CompiledInsert, CompiledUpdate, update_of_shape
 from quotas_app.models import UsageRecord
 from quotas_app.services import record_usage
 from realtime import events
-from sessions_app.api.guards import unstorable_text
 from sessions_app.models import Message, Part, Session
 
 from .execution.fencing import LeaseLost, fence, owned

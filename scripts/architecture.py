@@ -30,7 +30,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("config",),
     ("runs_app",),
     ("sessions_app",),
-    ("quotas_app",),
+    ("quotas_app", "api"),
     ("realtime", "workspace"),
     ("core",),
 )

@@ -19,7 +19,16 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("sessions_app", "runs_app", "quotas_app", "config", "core", "workspace", "realtime")
+PACKAGES = (
+    "sessions_app",
+    "runs_app",
+    "quotas_app",
+    "api",
+    "config",
+    "core",
+    "workspace",
+    "realtime",
+)
 GROUPS = (
     "sessions_app.api",
     "sessions_app.services",

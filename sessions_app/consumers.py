@@ -22,10 +22,10 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
+from api.guards import json_too_deep
 from core import metrics
 from realtime import events
 
-from .api.guards import json_too_deep
 from .models import Session
 from .socket_watch import Credentials, watch_for_this_loop
 

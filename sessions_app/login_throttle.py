@@ -27,7 +27,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.utils import timezone
 
-from .api.errors import error_body
+from api.errors import error_body
 
 USERNAME_MAX = AccessAttempt._meta.get_field("username").max_length
 

@@ -16,8 +16,8 @@ import pytest
 from django.conf import settings as django_settings
 from drf_spectacular.generators import SchemaGenerator
 
+from api.guards import DEPTH_MESSAGE, MAX_JSON_DEPTH
 from runs_app.tools import TOOLS, ToolContext, ToolError, resolve
-from sessions_app.api.guards import DEPTH_MESSAGE, MAX_JSON_DEPTH
 from sessions_app.models import Part
 from tests.conftest import client_for, run_turn
 from workspace.worktree_files import parts_of, plain_relative

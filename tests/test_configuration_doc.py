@@ -10,7 +10,16 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ["config", "sessions_app", "runs_app", "quotas_app", "core", "workspace", "realtime"]
+SOURCES = [
+    "config",
+    "sessions_app",
+    "runs_app",
+    "quotas_app",
+    "api",
+    "core",
+    "workspace",
+    "realtime",
+]
 DOC = ROOT / "docs" / "configuration.md"
 # Set by the code itself for its own child processes or the frameworks, never by an operator.
 NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE"}

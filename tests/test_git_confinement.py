@@ -27,7 +27,16 @@ from workspace import snapshots
 pytestmark = pytest.mark.django_db(transaction=True)
 
 REAL_GIT = shutil.which("git")
-PRODUCT = ("sessions_app", "runs_app", "quotas_app", "config", "core", "workspace", "realtime")
+PRODUCT = (
+    "sessions_app",
+    "runs_app",
+    "quotas_app",
+    "api",
+    "config",
+    "core",
+    "workspace",
+    "realtime",
+)
 HOOKS = (
     "pre-commit",
     "post-checkout",

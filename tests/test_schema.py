@@ -36,7 +36,12 @@ from sessions_app.services import sharing
 from tests.conftest import client_for, run_turn
 
 ROOT = Path(__file__).resolve().parent.parent
-VIEWS = ("sessions_app/api/views.py", "runs_app/api/views.py", "sessions_app/api/base.py")
+VIEWS = (
+    "sessions_app/api/views.py",
+    "runs_app/api/views.py",
+    "sessions_app/api/base.py",
+    "api/base.py",
+)
 READS_AND_WRITES = (
     "sessions_app/selectors.py",
     "runs_app/selectors.py",

@@ -19,7 +19,7 @@ import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-APPS = ("sessions_app", "runs_app", "quotas_app", "config", "core", "workspace", "realtime")
+APPS = ("sessions_app", "runs_app", "quotas_app", "api", "config", "core", "workspace", "realtime")
 
 
 def sources(*packages: str) -> list[Path]:
@@ -110,6 +110,20 @@ def test_quotas_app_imports_only_the_error_vocabulary(graph):
         if imported.startswith(("runs_app", "sessions_app", "config")) and imported != "core.errors"
     )
     assert not arrows, f"quotas_app must not import these: {arrows}"
+
+
+def test_the_api_floor_knows_no_app(graph):
+    """``api`` (the base ViewSet, the parser, the guards, the error shape, the serializers'
+    blocks) sits under both apps that serve endpoints: it imports neither of them, nor
+    ``quotas_app`` or ``config``, so each app builds its API on it and not on the other's."""
+    arrows = sorted(
+        (module, imported)
+        for module in graph.modules
+        if module.split(".")[0] == "api"
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.split(".")[0] in ("runs_app", "sessions_app", "quotas_app", "config")
+    )
+    assert not arrows, f"api must not import these: {arrows}"
 
 
 def test_there_is_no_import_cycle(graph):

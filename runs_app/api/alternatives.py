@@ -10,8 +10,8 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from api.serializers import In, StrictWholeNumber
 from sessions_app.api.base import SessionScopedViewSet
-from sessions_app.api.serializers.base import In, StrictWholeNumber
 from sessions_app.api.serializers.sessions import SessionOut
 from sessions_app.selectors import session_data
 

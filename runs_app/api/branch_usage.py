@@ -9,8 +9,8 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from api.serializers import Out
 from sessions_app.api.base import SessionScopedViewSet
-from sessions_app.api.serializers.base import Out
 
 from ..branch_usage import branch_usage
 

@@ -18,7 +18,7 @@ from django.conf import settings
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import BaseParser, get_encoding
 
-from sessions_app.api.guards import MAX_JSON_DEPTH, json_too_deep, unstorable_text
+from api.guards import MAX_JSON_DEPTH, json_too_deep, unstorable_text
 
 # An export nests a message's parts' tool state inside the document: a few levels more than
 # the other bodies, around whatever the tools' input held.

@@ -11,7 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 
-from sessions_app.api.serializers.base import (
+from api.serializers import (
     Choice,
     Enum,
     Flag,

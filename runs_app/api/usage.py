@@ -14,10 +14,10 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from api.base import ApiViewSet
+from api.serializers import Choice, Out, refuse
 from quotas_app.limits import NAMES
 from quotas_app.selectors import GROUPS, usage_owner
-from sessions_app.api.base import ApiViewSet
-from sessions_app.api.serializers.base import Choice, Out, refuse
 
 from ..usage import quota_of, usage_of
 

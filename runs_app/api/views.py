@@ -17,9 +17,10 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from api.base import ApiViewSet, FormatIsTheViewsOwn
 from core.errors import InvalidInput
 from realtime import events
-from sessions_app.api.base import ApiViewSet, FormatIsTheViewsOwn, SessionScopedViewSet
+from sessions_app.api.base import SessionScopedViewSet
 from sessions_app.api.serializers.sessions import ForkIn, SessionOut
 from sessions_app.api.serializers.sharing import SharedForkIn
 from sessions_app.models import Share

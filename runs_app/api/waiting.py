@@ -21,7 +21,7 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from sessions_app.api.errors import error_body
+from api.errors import error_body
 
 from .. import waits
 from ..models import Run

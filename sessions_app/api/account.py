@@ -16,11 +16,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from api.errors import error_body
+from api.serializers import In, refuse
+
 from .. import login_throttle
 from ..services.accounts import change_password, revoke_api_tokens
-from .errors import error_body
 from .serializers.account import TokenIn, TokenOut
-from .serializers.base import In, refuse
 
 
 class AuthTokenView(APIView):

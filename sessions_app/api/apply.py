@@ -9,9 +9,10 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from api.serializers import Choice, In
+
 from ..services import apply as apply_services
 from .base import SessionScopedViewSet
-from .serializers.base import Choice, In
 
 
 class ApplyIn(In):

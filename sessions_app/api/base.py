@@ -1,31 +1,13 @@
-"""What every API ViewSet shares: input through serializers, and one ``get_object()`` that
-fetches and authorizes (outsiders get a 404, so no existence leaks)."""
+"""The base of every ViewSet under ``/api/sessions/{session_id}/``: one ``get_object()`` that
+fetches the caller's session and authorizes it (outsiders get a 404, so no existence leaks).
+The rest every ViewSet shares is ``api.base``."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from rest_framework import serializers, viewsets
-from rest_framework.negotiation import DefaultContentNegotiation
-from rest_framework.renderers import BaseRenderer
-from rest_framework.request import Request
+from api.base import ApiViewSet
 
 from ..models import Session
 from ..selectors import session_for_user
-
-
-class ApiViewSet(viewsets.ViewSet):
-    def body(self, serializer: type[serializers.Serializer]) -> dict[str, Any]:
-        """The request's JSON body, validated by ``serializer``."""
-        data = serializer(data=self.request.data)
-        data.is_valid(raise_exception=True)
-        return dict(data.validated_data)
-
-    def query(self, serializer: type[serializers.Serializer]) -> dict[str, Any]:
-        """The request's query string, validated by ``serializer``."""
-        data = serializer(data=self.request.query_params)
-        data.is_valid(raise_exception=True)
-        return dict(data.validated_data)
 
 
 class SessionScopedViewSet(ApiViewSet):
@@ -33,14 +15,3 @@ class SessionScopedViewSet(ApiViewSet):
 
     def get_object(self) -> Session:
         return session_for_user(self.request.user, self.kwargs["session_id"])
-
-
-class FormatIsTheViewsOwn(DefaultContentNegotiation):
-    """``?format=`` chooses what a download answers (an export's JSON or Markdown, an
-    archive's or a patch's kind), not a DRF renderer (DRF would answer ``format=markdown``
-    with a 404): JSON renders everything else (errors)."""
-
-    def select_renderer(
-        self, request: Request, renderers: list[BaseRenderer], format_suffix: str | None = None
-    ) -> tuple[BaseRenderer, str]:
-        return renderers[0], renderers[0].media_type

@@ -8,10 +8,11 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from api.serializers import Enum, Out, refuse
+
 from ..selectors import session_for_user
 from ..services import compare as compare_services
 from .base import SessionScopedViewSet
-from .serializers.base import Enum, Out, refuse
 from .serializers.files import FileDiffOut
 from .serializers.messages import MessageOut
 

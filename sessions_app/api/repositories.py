@@ -12,13 +12,14 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from api.base import ApiViewSet
 from core.errors import AppError, InvalidInput
 
 from ..selectors import session_data
 from ..services import credentials as credential_services
 from ..services import repo_import, repo_push
 from ..services import sessions as session_services
-from .base import ApiViewSet, SessionScopedViewSet
+from .base import SessionScopedViewSet
 from .serializers.repositories import CredentialIn, CredentialOut, PushIn, PushOut
 from .serializers.sessions import SessionOut
 

@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
+from api.base import ApiViewSet, FormatIsTheViewsOwn
 from core import models_catalog
 from workspace import snapshots
 
@@ -42,7 +43,7 @@ from ..services import revert as revert_services
 from ..services import rollback as rollback_services
 from ..services import sessions as session_services
 from ..services import unrevert as unrevert_services
-from .base import ApiViewSet, FormatIsTheViewsOwn, SessionScopedViewSet
+from .base import SessionScopedViewSet
 from .serializers.files import (
     DIFF_OUT,
     ArchiveQueryIn,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from .base import In, Out
+from api.serializers import In, Out
 
 
 class TokenIn(In):

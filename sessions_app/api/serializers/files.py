@@ -6,7 +6,7 @@ from __future__ import annotations
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
-from .base import Choice, Enum, Out, refuse
+from api.serializers import Choice, Enum, Out, refuse
 
 
 # -- input ------------------------------------------------------------------------------------

@@ -8,8 +8,10 @@ from typing import Any
 from drf_spectacular.utils import PolymorphicProxySerializer
 from rest_framework import serializers
 
+from api.serializers import Enum, Flag, Out, PageLinks
+
 from ...models import Message, Part
-from .base import Enum, Flag, Out, PageLimit, PageLinks
+from .fields import PageLimit
 
 
 # -- input ------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from .base import Choice, In, OneSentence
+from api.serializers import Choice, In, OneSentence
 
 
 # -- input ------------------------------------------------------------------------------------

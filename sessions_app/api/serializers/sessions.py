@@ -9,22 +9,21 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_serializer
 from rest_framework import serializers
 
-from core import models_catalog
-
-from ...models import Session
-from .base import (
+from api.serializers import (
     Choice,
     Enum,
     In,
     Out,
-    PageLimit,
     PageLinks,
-    Permissions,
     StrictString,
     StrictWholeNumber,
     refuse,
     refuse_body,
 )
+from core import models_catalog
+
+from ...models import Session
+from .fields import PageLimit, Permissions
 from .files import DiffEntryOut, NotKeptOut
 from .repositories import RepositoryIn
 

@@ -8,7 +8,9 @@ from typing import Any
 
 from rest_framework import serializers
 
-from .base import In, Out, PageLimit, StrictString
+from api.serializers import In, Out, StrictString
+
+from .fields import PageLimit
 from .files import DiffEntryOut, WorktreeEntryOut
 from .messages import MessageOut
 

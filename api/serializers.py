@@ -1,28 +1,25 @@
-"""What every serializer of the API is made of: refusals in the contract's words (one
+"""What every serializer of the API is made of: refusals in the API's own words (one
 sentence, shown as it is), the strict fields that refuse in them, and the two bases: ``In``
-(a request's body or query) and ``Out`` (an answer's shape, declared for the schema)."""
+(a request's body or query) and ``Out`` (an answer's shape, declared for the schema). The
+fields that follow a session's rules (tool permissions, the page size) are
+``sessions_app.api.serializers.fields``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from django.conf import settings
 from drf_spectacular.drainage import set_override
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
-from core.errors import InvalidInput
-
-from ... import permissions
-from ...selectors import page_limit
-from ..errors import SENTENCE
+from .errors import SENTENCE
 
 
 def refuse(message: str) -> serializers.ValidationError:
-    """A refusal in the contract's words: the message is shown as it is (``SENTENCE``)."""
+    """A refusal in the API's own words: the message is shown as it is (``SENTENCE``)."""
     return serializers.ValidationError(message, code=SENTENCE)
 
 
@@ -66,17 +63,6 @@ class Choice(OneSentence, serializers.ChoiceField):
             _name_enum(self, enum)
 
 
-class Permissions(serializers.JSONField):
-    """Tool rules, ``{"<tool>": "allow"|"ask"|"deny" | {"<pattern>": rule}}``, checked by
-    ``sessions_app.permissions.validate`` (its sentence is the refusal)."""
-
-    def to_internal_value(self, data: Any) -> dict[str, Any]:
-        try:
-            return permissions.validate(data)
-        except ValueError as exc:
-            raise refuse(str(exc)) from exc
-
-
 class StrictBoolean(OneSentence, serializers.BooleanField):
     """JSON ``true`` or ``false`` only: DRF's BooleanField also takes "yes", 1 or "on"."""
 
@@ -116,33 +102,6 @@ class StrictWholeNumber(OneSentence, serializers.IntegerField):
         if self.min_value is not None and data < self.min_value:
             self.fail("min_value")
         return data
-
-
-@extend_schema_field(
-    {
-        "type": "integer",
-        "minimum": 1,
-        "description": "Items a page (default 50, at most 200).",
-    }
-)
-class PageLimit(serializers.Field):
-    """``?limit=``: a whole number from 1 to ``API_PAGE_MAX``; absent or empty: the default."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(required=False, default=_default_limit, **kwargs)
-
-    def to_internal_value(self, data: Any) -> int:
-        try:
-            return page_limit(data)
-        except InvalidInput as exc:
-            raise refuse(exc.message) from exc
-
-    def to_representation(self, value: int) -> int:
-        return value
-
-
-def _default_limit() -> int:
-    return settings.API_PAGE_DEFAULT
 
 
 @extend_schema_field(OpenApiTypes.BOOL)
