@@ -27,6 +27,9 @@ from typing import Any
 
 KEEP = 0.20  # the least share of a path's CPU that keeps its statement compiled
 BLOCK = 100
+PATH = 20  # messages of the session's path, 3 parts each
+ASK = [{"role": "user", "content": "say hi"}]
+USAGE = {"input_tokens": 120, "output_tokens": 30, "cost_usd": "0.0012"}
 
 
 class _Rollback(Exception):
@@ -68,9 +71,6 @@ class World:
     pending: list[Any]  # runs asked for in sessions of their own, not begun: one per begin
 
 
-PATH = 20
-
-
 def _world() -> World:
     from django.contrib.auth.models import User
     from rest_framework.authtoken.models import Token
@@ -107,18 +107,17 @@ def _world() -> World:
         parent = message
     Session.objects.filter(id=session.id).update(head_id=parent.id)
     session.refresh_from_db()
-    ask = [{"role": "user", "content": "say hi"}]
-    held = start_run(session=session, user=user, messages=ask, defer_enqueue=True)
+    held = start_run(session=session, user=user, messages=ASK, defer_enqueue=True)
     queued = start_run(
         session=session,
         user=user,
-        messages=ask,
+        messages=ASK,
         multitask_strategy="enqueue",
         defer_enqueue=True,
     )
     fresh = [create_session(owner=user, title=f"fresh {i}") for i in range(BLOCK)]
     pending = [
-        start_run(session=s, user=user, messages=ask, defer_enqueue=True)
+        start_run(session=s, user=user, messages=ASK, defer_enqueue=True)
         for s in (create_session(owner=user, title=f"begin {i}") for i in range(BLOCK))
     ]
     part = Part.objects.filter(message_id=path[-1], type="text").get()
@@ -126,199 +125,213 @@ def _world() -> World:
     return World(user, key, session, held, queued, path, part, fresh, pending)
 
 
-def _cases(w: World) -> list[Case]:  # noqa: PLR0915 (one table of cases)
-    from django.utils import timezone
+LOCK, LIFECYCLE, CHECKPOINT = (
+    "sessions_app/services/lock.py",
+    "runs_app/lifecycle.py",
+    "runs_app/checkpoint.py",
+)
+READS, QUOTAS, TOKEN = "selectors", "quotas_app", "sessions_app/api/token_auth.py"
 
-    from quotas_app.limits import effective
-    from quotas_app.services import record_usage, usage_record
-    from runs_app import checkpoint, lifecycle
-    from runs_app.models import Run
-    from runs_app.selectors import run_row
-    from runs_app.services.runs import start_run
-    from sessions_app.api.token_auth import TokenAuthentication
-    from sessions_app.models import Message, Part
-    from sessions_app.selectors import messages_with_parts, path_ids, session_for_user
+
+def _lock_cases(w: World) -> list[Case]:
     from sessions_app.services import lock
 
     sid, held, queued = w.session.id, w.held.id, w.queued.id
-    ask = [{"role": "user", "content": "say hi"}]
-    usage = {"input_tokens": 120, "output_tokens": 30, "cost_usd": "0.0012"}
+    handed = _cycle(
+        lambda: lock.hand_over(sid, held, queued), lambda: lock.hand_over(sid, queued, held)
+    )
+    end = {"head_id": w.path[-1], "usage": USAGE}
+    return [
+        Case(LOCK, "lock_session", "_LOCK", lambda n: lambda: lock.lock_session(sid)),
+        Case(
+            LOCK,
+            "lock_session_of_run",
+            "_LOCK_OF_RUN",
+            lambda n: lambda: lock.lock_session_of_run(held),
+        ),
+        Case(LOCK, "claim (own or free)", "_CLAIM", lambda n: lambda: lock.claim(sid, held)),
+        Case(
+            LOCK,
+            "claim (expired only)",
+            "_CLAIM_EXPIRED",
+            lambda n: lambda: lock.claim(sid, held, own_ok=False),
+        ),
+        Case(LOCK, "hand_over (to the next run)", "_HAND_OVER", lambda n: handed),
+        Case(
+            LOCK,
+            "hand_over (release, with the end's fields)",
+            "_HAND_OVER",
+            lambda n: lambda: lock.hand_over(sid, held, None, also=end),
+        ),
+    ]
 
-    def moves(count: int) -> Callable[[], Any]:
-        # begin's, park's and resume's moves of one run, in turn (each moves it: 1 row)
-        epoch = [w.queued.lease_epoch]
 
-        def begin() -> int:
-            epoch[0] += 1
-            return lifecycle.move(
-                queued,
-                Run.Status.PENDING,
-                Run.Status.RUNNING,
-                new_epoch=True,
-                unless_aborted=True,
-                started_at=timezone.now(),
-                attempts=1,
-            )
+def _moves(w: World) -> Callable[[], Any]:
+    """``begin``'s, ``park``'s and ``resume``'s moves of one run, in turn (each moves it)."""
+    from django.utils import timezone
 
-        def park() -> int:
-            return lifecycle.move(
-                queued, Run.Status.RUNNING, Run.Status.REQUIRES_ACTION, epoch=epoch[0], usage=usage
-            )
+    from runs_app.lifecycle import move
+    from runs_app.models import Run
 
-        def resume() -> int:
-            return lifecycle.move(queued, Run.Status.REQUIRES_ACTION, Run.Status.PENDING)
+    S, run, epoch = Run.Status, w.queued.id, [w.queued.lease_epoch]
 
-        return _cycle(begin, park, resume)
+    def begin() -> int:
+        epoch[0] += 1
+        at = timezone.now()
+        return move(
+            run,
+            S.PENDING,
+            S.RUNNING,
+            new_epoch=True,
+            unless_aborted=True,
+            started_at=at,
+            attempts=1,
+        )
+
+    def park() -> int:
+        return move(run, S.RUNNING, S.REQUIRES_ACTION, epoch=epoch[0], usage=USAGE)
+
+    return _cycle(begin, park, lambda: move(run, S.REQUIRES_ACTION, S.PENDING))
+
+
+def _lifecycle_cases(w: World) -> list[Case]:
+    from runs_app import lifecycle
+    from runs_app.models import Run
+
+    sid, held = w.session.id, w.held.id
 
     def new_runs(count: int) -> Callable[[], Any]:
-        runs = [Run(session_id=sid, input=ask, model="scripted") for _ in range(count)]
+        runs = [Run(session_id=sid, input=ASK, model="scripted") for _ in range(count)]
         return _each(runs, lambda run: lifecycle._INSERT_RUN.insert([run]))
 
-    def new_rows(count: int) -> Callable[[], Any]:
-        made = []
-        for _ in range(count):
-            message = Message(session_id=sid, role="assistant", parent_id=w.path[-1], run_id=held)
-            parts = [
-                Part(message=message, session_id=sid, order=0, type="step-start", data={}),
-                Part(message=message, session_id=sid, order=1, type="text", text="hello " * 20),
-                Part(
-                    message=message,
-                    session_id=sid,
-                    order=2,
-                    type="tool",
-                    tool="read",
-                    call_id="c",
-                    state={"status": "pending", "input": {"path": "a.py"}},
-                ),
-            ]
-            made.append((message, parts))
+    def queued() -> Any:
+        return next(iter(lifecycle._QUEUED.rows(session_id=sid, run_id=held)), None)
 
-        def insert(rows: tuple[Message, list[Part]]) -> None:
-            checkpoint._MESSAGES.insert([rows[0]])
-            checkpoint._PARTS.insert(rows[1])
+    return [
+        Case(LIFECYCLE, "move (begin, park, resume in turn)", "_MOVES", lambda n: _moves(w)),
+        Case(LIFECYCLE, "the next queued run (an end's)", "_QUEUED", lambda n: queued),
+        Case(LIFECYCLE, "a run's INSERT (admit)", "_INSERT_RUN", new_runs),
+    ]
 
-        return _each(made, insert)
+
+def _read_cases(w: World) -> list[Case]:
+    from quotas_app.limits import effective
+    from runs_app.selectors import run_row
+    from sessions_app.api.token_auth import TokenAuthentication
+    from sessions_app.selectors import messages_with_parts, path_ids, session_for_user
+
+    sid, auth = w.session.id, TokenAuthentication()
+    return [
+        Case(READS, "run_row (begin's read)", "_RUN", lambda n: lambda: run_row(w.held.id)),
+        Case(
+            READS,
+            "session_for_user (every session request)",
+            "_OWN_SESSION",
+            lambda n: lambda: session_for_user(w.user, sid),
+        ),
+        Case(
+            READS,
+            f"path_ids ({2 * PATH}-message tree)",
+            "_TREE",
+            lambda n: lambda: path_ids(w.path[-1], sid),
+        ),
+        Case(
+            READS,
+            f"messages_with_parts ({PATH} messages, {3 * PATH} parts)",
+            "_MESSAGES, _PARTS",
+            lambda n: lambda: messages_with_parts(w.path),
+        ),
+        Case(QUOTAS, "effective (limits)", "_QUOTA_ROWS", lambda n: lambda: effective(w.user.pk)),
+        Case(
+            TOKEN,
+            "authenticate_credentials",
+            "_USER_OF_TOKEN",
+            lambda n: lambda: auth.authenticate_credentials(w.key),
+        ),
+    ]
+
+
+def _new_rows(w: World, count: int) -> Callable[[], Any]:
+    """A step's new rows, a message and 3 parts, ``count`` times (made before the block)."""
+    from runs_app import checkpoint
+    from sessions_app.models import Message, Part
+
+    sid, made = w.session.id, []
+    for _ in range(count):
+        message = Message(session_id=sid, role="assistant", parent_id=w.path[-1], run_id=w.held.id)
+        tool = {"status": "pending", "input": {"path": "a.py"}}
+        parts = [
+            Part(message=message, session_id=sid, order=0, type="step-start", data={}),
+            Part(message=message, session_id=sid, order=1, type="text", text="hello " * 20),
+            Part(message=message, session_id=sid, order=2, type="tool", tool="read", state=tool),
+        ]
+        made.append((message, parts))
+
+    def insert(rows: tuple[Any, list[Any]]) -> None:
+        checkpoint._MESSAGES.insert([rows[0]])
+        checkpoint._PARTS.insert(rows[1])
+
+    return _each(made, insert)
+
+
+def _write_cases(w: World) -> list[Case]:
+    from django.utils import timezone
+
+    from quotas_app.services import record_usage, usage_record
+    from runs_app import checkpoint
+
+    sid, now, part = w.session.id, timezone.now(), w.part
 
     def records(count: int) -> Callable[[], Any]:
         made = [
             usage_record(
                 user_id=w.user.pk,
                 session_id=sid,
-                run_id=held,
+                run_id=w.held.id,
                 message_id=f"msg_bench_{i}",
                 model="scripted",
-                usage=usage,
+                usage=USAGE,
             )
             for i in range(count)
         ]
         return _each(made, lambda record: record_usage([record]))
 
-    def changed(count: int) -> Callable[[], Any]:
-        part = w.part
+    def changed() -> None:
+        part.text += "x"
+        checkpoint._write_changed(part, {"text", "state"})
 
-        def write() -> None:
-            part.text += "x"
-            checkpoint._write_changed(part, {"text", "state"})
-
-        return write
-
-    auth = TokenAuthentication()
-    now = timezone.now()
-    L, C, S, Q, T = (
-        "sessions_app/services/lock.py",
-        "runs_app/lifecycle.py",
-        "runs_app/checkpoint.py",
-        "selectors (sessions_app, runs_app)",
-        "quotas_app",
-    )
+    head = {"head_id": w.path[-1], "updated_at": now}
     return [
-        Case(L, "lock_session", "_LOCK", lambda n: lambda: lock.lock_session(sid)),
         Case(
-            L,
-            "lock_session_of_run",
-            "_LOCK_OF_RUN",
-            lambda n: lambda: lock.lock_session_of_run(held),
-        ),
-        Case(L, "claim (own or free)", "_CLAIM", lambda n: lambda: lock.claim(sid, held)),
-        Case(
-            L,
-            "claim (expired only)",
-            "_CLAIM_EXPIRED",
-            lambda n: lambda: lock.claim(sid, held, own_ok=False),
-        ),
-        Case(
-            L,
-            "hand_over (to the next run)",
-            "_HAND_OVER",
-            lambda n: _cycle(
-                lambda: lock.hand_over(sid, held, queued), lambda: lock.hand_over(sid, queued, held)
-            ),
-        ),
-        Case(
-            L,
-            "hand_over (release, with the end's fields)",
-            "_HAND_OVER",
-            lambda n: (
-                lambda: lock.hand_over(
-                    sid, held, None, also={"head_id": w.path[-1], "usage": usage}
-                )
-            ),
-        ),
-        Case(C, "move (begin, park, resume in turn)", "_MOVES", moves),
-        Case(
-            C,
-            "the next queued run (an end's)",
-            "_QUEUED",
-            lambda n: lambda: next(iter(lifecycle._QUEUED.rows(session_id=sid, run_id=held)), None),
-        ),
-        Case(C, "a run's INSERT (admit)", "_INSERT_RUN", new_runs),
-        Case(Q, "run_row (begin's read)", "_RUN", lambda n: lambda: run_row(held)),
-        Case(
-            Q,
-            "session_for_user (every session request)",
-            "_OWN_SESSION",
-            lambda n: lambda: session_for_user(w.user, sid),
-        ),
-        Case(
-            Q,
-            f"path_ids ({2 * PATH}-message tree)",
-            "_TREE",
-            lambda n: lambda: path_ids(w.path[-1], sid),
-        ),
-        Case(
-            Q,
-            f"messages_with_parts ({PATH} messages, {3 * PATH} parts)",
-            "_MESSAGES, _PARTS",
-            lambda n: lambda: messages_with_parts(w.path),
-        ),
-        Case(
-            S,
+            CHECKPOINT,
             "the head (every flush)",
             "_SET_HEAD",
-            lambda n: (
-                lambda: checkpoint._SET_HEAD.update(
-                    {"head_id": w.path[-1], "updated_at": now}, id=sid
-                )
-            ),
+            lambda n: lambda: checkpoint._SET_HEAD.update(head, id=sid),
         ),
-        Case(S, "new rows: a message and 3 parts", "_MESSAGES, _PARTS (insert)", new_rows),
-        Case(S, "changed fields (a part's text, state)", "_CHANGED", changed),
-        Case(T, "effective (limits)", "_QUOTA_ROWS", lambda n: lambda: effective(w.user.pk)),
-        Case(T, "record_usage (one record)", "_RECORDS", records),
         Case(
-            "sessions_app/api/token_auth.py",
-            "authenticate_credentials",
-            "_USER_OF_TOKEN",
-            lambda n: lambda: auth.authenticate_credentials(w.key),
+            CHECKPOINT,
+            "new rows: a message and 3 parts",
+            "_MESSAGES, _PARTS (insert)",
+            lambda n: _new_rows(w, n),
         ),
+        Case(CHECKPOINT, "changed fields (a part's text, state)", "_CHANGED", lambda n: changed),
+        Case(QUOTAS, "record_usage (one record)", "_RECORDS", records),
+    ]
+
+
+def _whole_cases(w: World) -> list[Case]:
+    from runs_app import lifecycle
+    from runs_app.services.runs import start_run
+
+    def request(session: Any) -> Any:
+        return start_run(session=session, user=w.user, messages=ASK, defer_enqueue=True)
+
+    return [
         Case(
             "whole path",
             "a run request (start_run)",
             "_LOCK, _QUOTA_ROWS, _INSERT_RUN, _CLAIM",
-            lambda n: _each(
-                w.fresh[:n],
-                lambda s: start_run(session=s, user=w.user, messages=ask, defer_enqueue=True),
-            ),
+            lambda n: _each(w.fresh[:n], request),
         ),
         Case(
             "whole path",
@@ -326,6 +339,16 @@ def _cases(w: World) -> list[Case]:  # noqa: PLR0915 (one table of cases)
             "_LOCK_OF_RUN, _RUN, _CLAIM, _MOVES",
             lambda n: _each([r.id for r in w.pending[:n]], lifecycle.begin),
         ),
+    ]
+
+
+def _cases(w: World) -> list[Case]:
+    return [
+        *_lock_cases(w),
+        *_lifecycle_cases(w),
+        *_read_cases(w),
+        *_write_cases(w),
+        *_whole_cases(w),
     ]
 
 
@@ -376,8 +399,6 @@ def measure(case: Case, rounds: int, count: int = BLOCK) -> dict[str, Any]:
 
 def run(env: Any, *, quick: bool = False) -> dict[str, Any]:
     import django
-
-    from core.compiled import plain_orm  # noqa: F401  (present: the comparison needs it)
 
     rounds = 4 if quick else 10
     world = _world()
