@@ -8,7 +8,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("agentplat")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["runs_app"])
+# The tasks of runs (runs_app/tasks.py) and of a clone (sessions_app/repositories/tasks.py).
+app.autodiscover_tasks(["runs_app", "sessions_app.repositories"])
 
 
 @signals.worker_init.connect

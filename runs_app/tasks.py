@@ -3,12 +3,10 @@ from __future__ import annotations
 from celery import shared_task
 from celery.signals import worker_ready, worker_shutting_down
 
-from sessions_app.services import repo_import
-
 from .execution import sweeper
 from .execution.drain import drain
 from .execution.host import host
-from .execution.runtime import PREPARE_TASK, TASK_NAME
+from .execution.runtime import TASK_NAME
 
 
 @shared_task(
@@ -43,11 +41,3 @@ def _drain(how: str = "Warm", **kwargs) -> None:  # noqa: ANN003
     """Asked to stop: the live runs end here within ``RUN_DRAIN_SECONDS`` or go to other
     workers at once (runs_app/drain.py); a cold shutdown does not wait for them."""
     drain(host, 0.0 if how == "Cold" else None)
-
-
-@shared_task(name=PREPARE_TASK, acks_late=False)
-def prepare_session(session_id: str, job: str) -> None:
-    """Clone a new session's repository (``sessions_app.services.repo_import.prepare``).
-    Acked on receipt: a worker lost mid-clone leaves the session held until its lease
-    lapses; the clone is not started again."""
-    repo_import.prepare(session_id, job)

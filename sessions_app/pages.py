@@ -22,8 +22,8 @@ from django.views.decorators.http import require_POST
 from core.errors import AppError, NotAuthenticated, NotFoundError
 
 from .api.serializers.repositories import CredentialIn
+from .repositories import credentials as credential_services
 from .selectors import session_for_user, sessions_for_user
-from .services import credentials as credential_services
 from .services import sharing
 from .services.accounts import change_password
 from .services.sessions import create_session, delete_session, rename_session

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sessions_app.models import Session
-from sessions_app.services import repo_import
+from sessions_app.repositories import fill
 from workspace import repo_tree, repos
 
 from .conftest import run_turn, wait_until
@@ -43,7 +43,7 @@ def peak(monkeypatch, settings) -> dict:
             return original(args, **kwargs)
         finally:
             seen["calls"].append(args[0])
-            staging = Path(settings.WORKSPACE_ROOT) / repo_import.STAGING
+            staging = Path(settings.WORKSPACE_ROOT) / fill.STAGING
             if staging.exists():
                 seen["bytes"] = max(seen["bytes"], _worktree_bytes(staging))
 

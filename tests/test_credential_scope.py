@@ -14,7 +14,7 @@ from django.test import Client
 from core.errors import InvalidInput
 from sessions_app import vault
 from sessions_app.models import Credential, Session
-from sessions_app.services.credentials import save_credential, secret_for
+from sessions_app.repositories.credentials import save_credential, secret_for
 from workspace import repos
 
 from .support.git_server import (  # noqa: F401

@@ -15,7 +15,7 @@ import pytest
 
 from sessions_app import vault
 from sessions_app.models import Credential, HistoryEvent, Message, Session
-from sessions_app.services import repo_import
+from sessions_app.repositories import fill
 
 from .conftest import client_for, run_turn, wait_until
 from .support.git_server import (  # noqa: F401
@@ -81,7 +81,7 @@ def test_a_session_from_a_public_repository_holds_its_files_and_its_git(api, ser
     # The Changes panel counts from the clone, not from the empty worktree.
     assert session["summary"]["files"] == 0
     # No staging directory is left.
-    staging = Path(worktree).parent / repo_import.STAGING
+    staging = Path(worktree).parent / fill.STAGING
     assert not any(staging.iterdir()) if staging.exists() else True
 
 
@@ -380,7 +380,7 @@ def test_a_clone_past_a_limit_fails_with_a_sentence_and_leaves_nothing(
     assert words in session["source"]["error"], session["source"]
     worktree = Session.objects.get(id=session["id"]).worktree
     assert list(worktree.iterdir()) == []
-    staging = worktree.parent / repo_import.STAGING
+    staging = worktree.parent / fill.STAGING
     assert not staging.exists() or list(staging.iterdir()) == []
     # The session is usable: an empty worktree, idle.
     run_turn(api, session["id"], "write a.txt 1")
@@ -391,14 +391,14 @@ def test_no_run_starts_while_the_repository_is_cloning_and_delete_cancels_it(
 ):
     url = server.make_repo("slow", FILES)
     started = []
-    original = repo_import.prepare
+    original = fill.prepare
 
     def held(session_id: str, job: str) -> None:
         started.append(session_id)
         wait_until(lambda: not Session.objects.filter(id=session_id).exists(), timeout=30)
         original(session_id, job)  # finds its session gone: writes nothing
 
-    monkeypatch.setattr(repo_import, "prepare", held)
+    monkeypatch.setattr(fill, "prepare", held)
     answer = api.post("/api/sessions/", {"repository": {"url": url}}, format="json").json()
     wait_until(lambda: started)
     run = api.post(
@@ -420,12 +420,12 @@ def test_a_stale_prepare_job_writes_nothing(api, server):
     Session.objects.filter(id=session["id"]).update(
         source={**session["source"], "commit": None}, busy_run_id="prep_other"
     )
-    repo_import.prepare(session["id"], "prep_stale")
+    fill.prepare(session["id"], "prep_stale")
     assert Message.objects.filter(session_id=session["id"]).count() == before
     row = Session.objects.get(id=session["id"])
     assert row.busy_run_id == "prep_other"
     with pytest.raises(Exception, match="taken over"):
-        repo_import._finish(session["id"], "prep_stale", Path("/nonexistent"), {}, "x", seed=False)
+        fill._finish(session["id"], "prep_stale", Path("/nonexistent"), {}, "x", seed=False)
 
 
 def _zip(members: dict[str, str]) -> bytes:
@@ -564,12 +564,12 @@ def test_a_credential_deleted_before_the_clone_runs_fails_it_with_a_sentence(
         },
         format="json",
     ).json()
-    original = repo_import.prepare
+    original = fill.prepare
 
     def later(session_id: str, job: str) -> None:
         Credential.objects.filter(id=credential["id"]).delete()
         original(session_id, job)
 
-    monkeypatch.setattr(repo_import, "prepare", later)
+    monkeypatch.setattr(fill, "prepare", later)
     session = _clone(api, url, credential_id=credential["id"])
     assert session["source"]["error"] == "No such credential."

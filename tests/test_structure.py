@@ -1,5 +1,6 @@
-"""The structure the design asks for (ARCHITECTURE "Layout", STYLE "One owner per concern"),
-checked on the code itself so that a change that breaks it fails here:
+"""The structure the design asks for (docs/architecture.md "The packages and their imports",
+docs/style.md "One owner per concern"), checked on the code itself so that a change that
+breaks it fails here:
 
 * imports go one way, ``runs_app`` → ``sessions_app`` → ``quotas_app`` (which uses only
   ``core.errors``), and no module imports itself back
@@ -7,7 +8,7 @@ checked on the code itself so that a change that breaks it fails here:
 * no function-level import hides a cycle;
 * the session row is locked in one module (``sessions_app/services/lock.py``), and the
   run's transitions (claim, hand-over) happen in one (``runs_app/lifecycle.py``);
-* the mode (embedded or services) is decided in one module (``runs_app/execution/runtime.py``).
+* the mode (embedded or services) is decided in one module (``core/mode.py``).
 """
 
 from __future__ import annotations
@@ -137,24 +138,116 @@ def test_the_cycle_finder_finds_cycles():
     assert strongly_connected({"a": {"b"}, "b": set()}) == []
 
 
-# Function-level imports that are not there to dodge a cycle: Django's documented place for
-# start-up registration.
-ALLOWED_LOCAL_IMPORTS = {("runs_app/apps.py", "ready"), ("sessions_app/apps.py", "ready")}
-
-
 def test_no_function_level_imports():
+    """No import inside a function anywhere in app code, but in an ``AppConfig.ready`` —
+    Django's documented place for start-up registration — and there only of the app's own
+    modules (a relative import): a function-level import of another package is a hidden
+    arrow between the two."""
     found = []
     for path in sources(*APPS):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
-            if (rel(path), node.name) in ALLOWED_LOCAL_IMPORTS:
-                continue
+            ready = path.name == "apps.py" and node.name == "ready"
             for inner in ast.walk(node):
-                if isinstance(inner, ast.Import | ast.ImportFrom):
-                    found.append(f"{rel(path)}:{inner.lineno} in {node.name}()")
+                if not isinstance(inner, ast.Import | ast.ImportFrom):
+                    continue
+                if ready and isinstance(inner, ast.ImportFrom) and inner.level > 0:
+                    continue
+                found.append(f"{rel(path)}:{inner.lineno} in {node.name}()")
     assert not found, "import at module level (a local import hides a cycle): " + ", ".join(found)
+
+
+BUSY_LOCK_FIELDS = {"busy_run_id", "lease_expires_at"}
+WRITES = {"update", "create", "update_or_create", "get_or_create", "bulk_create", "bulk_update"}
+
+
+def busy_lock_writes(path: Path) -> list[tuple[int, str]]:
+    """Places in ``path`` that write the session's busy lock (its holder or its lease): a
+    ``….update(busy_run_id=…)`` (or ``create``…), an assignment ``x.busy_run_id = …``, a
+    ``setattr(x, "lease_expires_at", …)``, or a dict of values with such a key (what an
+    ``update(**values)`` writes) — a dict that a function returns is a payload, not a write."""
+    tree = ast.parse(path.read_text())
+    payloads = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Dict)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            written = {k.arg for k in node.keywords} & BUSY_LOCK_FIELDS
+            if node.func.attr in WRITES and written:
+                found.append((node.lineno, ast.unparse(node)[:80]))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "setattr":
+            name = node.args[1] if len(node.args) > 1 else None
+            if isinstance(name, ast.Constant) and name.value in BUSY_LOCK_FIELDS:
+                found.append((node.lineno, ast.unparse(node)[:80]))
+        if isinstance(node, ast.Dict) and id(node) not in payloads:
+            keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+            if keys & BUSY_LOCK_FIELDS:
+                found.append((node.lineno, ast.unparse(node)[:80]))
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = [t for target in node.targets for t in ast.walk(target)]
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        for target in targets:
+            if isinstance(target, ast.Attribute) and target.attr in BUSY_LOCK_FIELDS:
+                found.append((target.lineno, ast.unparse(node)[:80]))
+    return found
+
+
+def test_the_busy_lock_is_written_in_one_module():
+    """The session's holder and lease (``busy_run_id``, ``lease_expires_at``) are written by
+    ``sessions_app/services/lock.py`` only: a run's claim, renewal, park and hand-over, and
+    a clone's prepare job (``hold_for_job``, ``release_job``)."""
+    owner = "sessions_app/services/lock.py"
+    elsewhere = {
+        rel(p): lines for p in sources(*APPS) if rel(p) != owner and (lines := busy_lock_writes(p))
+    }
+    assert not elsewhere, f"take and release the busy lock through lock.py: {elsewhere}"
+    assert busy_lock_writes(ROOT / owner)
+
+
+def test_the_finder_of_busy_lock_writes_finds_them(tmp_path):
+    path = tmp_path / "m.py"
+    path.write_text(
+        "def f(s, q):\n"
+        "    q.update(busy_run_id=None)\n"
+        "    s.lease_expires_at = None\n"
+        "    values = {'busy_run_id': None}\n"
+        "    setattr(s, 'busy_run_id', 1)\n"
+        "    q.filter(busy_run_id=1).exists()\n"
+        "    return {'busy_run_id': s.busy_run_id}\n"
+    )
+    assert sorted(line for line, _ in busy_lock_writes(path)) == [2, 3, 4, 5]
+
+
+def test_repositories_have_one_home():
+    """A session's repository (clone, upload, push, checks, credentials, the prepare job and
+    its task) lives in ``sessions_app/repositories/``; runs_app neither starts nor registers
+    its job (the job picks its own thread or task by ``core.mode``)."""
+    home = ROOT / "sessions_app" / "repositories"
+    assert {p.stem for p in home.glob("*.py")} >= {
+        "fill", "push", "checks", "credentials", "jobs", "tasks"
+    }  # fmt: skip
+    strays = [
+        rel(p)
+        for p in sources(*APPS)
+        if home not in p.parents and p.stem.startswith(("repo_import", "repo_push", "repo_check"))
+    ]
+    assert not strays, strays
+    graph = grimp.build_graph(*APPS)
+    arrows = sorted(
+        (module, imported)
+        for module in graph.modules
+        if module.startswith("runs_app")
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.startswith("sessions_app.repositories")
+    )
+    assert not arrows, f"runs_app reaches into the repositories' home: {arrows}"
 
 
 def calls(path: Path, attribute: str) -> list[int]:
@@ -211,7 +304,7 @@ def test_the_run_transitions_have_one_owner():
 
 
 def test_the_mode_is_decided_in_one_module():
-    owner = "runs_app/execution/runtime.py"
+    owner = "core/mode.py"
     words = ("EMBEDDED", "RUN_EXECUTOR", "REDIS_URL")
     elsewhere = {
         rel(p): [w for w in words if f"settings.{w}" in p.read_text()]
@@ -219,7 +312,7 @@ def test_the_mode_is_decided_in_one_module():
         if rel(p) not in (owner, "config/settings.py")
     }
     elsewhere = {k: v for k, v in elsewhere.items() if v}
-    assert not elsewhere, f"ask runs_app.execution.runtime instead: {elsewhere}"
+    assert not elsewhere, f"ask core.mode instead: {elsewhere}"
 
 
 def status_writes(path: Path) -> list[tuple[int, str]]:

@@ -145,7 +145,7 @@ def _copy_regular(source: Path, target: Path) -> None:
 
 def adopt(snap: Snapshots, index: str, tree: str) -> None:
     """Make ``index`` (a file in ``snap``'s git dir: a snapshot of the same files taken
-    before they were moved into the worktree, ``repo_import``) the session's index, and
+    before they were moved into the worktree, ``repositories/fill.py``) the session's index, and
     ``tree`` its last snapshot; the worktree's journal starts from it (its files are the
     index's: a rename of their folder changes none of their stat data)."""
     wait = settings.SNAPSHOT_GIT_TIMEOUT_SECONDS

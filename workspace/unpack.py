@@ -1,5 +1,5 @@
 """An uploaded archive, or a folder dropped on the page, unpacked into a new session's worktree
-(``services/repo_import.fill_from_upload``). Everything in it is the uploader's choice:
+(``repositories/fill.fill_from_upload``). Everything in it is the uploader's choice:
 member names, link targets, member types, the sizes headers claim, compression ratios.
 
 * **Names.** Relative paths only. Refused: an empty name, a NUL byte, a backslash (a Windows

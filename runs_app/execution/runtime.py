@@ -1,6 +1,6 @@
-"""Embedded or services mode, decided here and nowhere else.
+"""What the mode (embedded or services, decided in ``core/mode.py``) means for runs.
 
-The mode decides three things, each provided from this module:
+The mode decides three things about runs, each provided from this module:
 
 * **where a run executes** (``enqueue``): a Celery task in services mode, this process's run
   host in embedded mode (``RUN_EXECUTOR=thread``, which the in-process tests also use). Both
@@ -14,7 +14,8 @@ The mode decides three things, each provided from this module:
   also sweeps for runs whose lease expired (no worker does it there); elsewhere it binds to
   the run host's loop (``host_started``), where the runs' tokens come from.
 
-Everything else asks this module; no other module branches on the mode.
+What runs need of the mode, they ask this module (``embedded``, ``in_process`` and
+``redis_url`` are ``core.mode``'s, named here too).
 """
 
 from __future__ import annotations
@@ -24,40 +25,22 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from typing import Any
 
-from celery import current_app
-from django.conf import settings
 from django.db import transaction
 
+from core import mode
+from core.mode import embedded, in_process, redis_url
 from realtime.events import publisher
-from sessions_app.services.repo_import import prepare_and_close
 
 from . import abort_bus as buses
 
 log = logging.getLogger(__name__)
 
 TASK_NAME = "runs_app.run_agent"
-PREPARE_TASK = "runs_app.prepare_session"
 
 _local: queue.SimpleQueue[str] = queue.SimpleQueue()
 _bus: buses.AbortBus | None = None
 _bus_lock = threading.Lock()
-
-
-def embedded() -> bool:
-    """No Redis: SQLite, the in-memory channel layer, runs in the server's process."""
-    return not settings.REDIS_URL
-
-
-def redis_url() -> str:
-    """Where Redis is, in services mode (broker, channel layer, abort bus)."""
-    return settings.REDIS_URL
-
-
-def in_process() -> bool:
-    """Runs execute in this process's thread pool instead of a Celery worker."""
-    return settings.RUN_EXECUTOR == "thread"
 
 
 def local_runs() -> queue.SimpleQueue[str]:
@@ -66,39 +49,13 @@ def local_runs() -> queue.SimpleQueue[str]:
     return _local
 
 
-class _Sent:
-    """What ``send_task`` gives back instead of an ``AsyncResult``, which builds Celery's
-    result backend: no task's result is read here (a run's outcome is its row), and that
-    backend is per thread — built on every request's thread while those were new each time
-    (before core/request_threads.py): a quarter of what a send cost the request."""
-
-    def __init__(self, task_id: str) -> None:
-        self.id = task_id
-
-
-# Nothing announced to or stored in a result backend, none built.
-_NO_RESULT: dict[str, Any] = {"ignore_result": True, "result_cls": _Sent}
-
-
 def enqueue(run_id: str) -> None:
     """Start ``run_id`` where runs execute in this mode. Call after the transaction that
     created or queued the run commits (``enqueue_on_commit``)."""
     if in_process():
         _local.put(run_id)  # taken by this process's run host (``host.take_local_runs``)
         return
-    # The project's Celery app (config/celery.py) is the current one once Django is set up.
-    current_app.send_task(TASK_NAME, args=[run_id], task_id=run_id, **_NO_RESULT)
-
-
-def enqueue_prepare(session_id: str, job: str) -> None:
-    """Start a session's prepare job (a clone: ``sessions_app.services.repo_import``) where
-    work runs in this mode: a thread of this process, or a Celery task."""
-    if in_process():
-        threading.Thread(
-            target=prepare_and_close, args=(session_id, job), daemon=True, name=f"clone-{job}"
-        ).start()
-        return
-    current_app.send_task(PREPARE_TASK, args=[session_id, job], **_NO_RESULT)
+    mode.send_task(TASK_NAME, [run_id], task_id=run_id)
 
 
 def enqueue_on_commit(run_id: str) -> None:

@@ -1,6 +1,6 @@
 """Repositories in and out (docs/repositories.md): the upload of an
 archive or a folder, the push of a session's work, and the caller's saved credentials. Thin
-views: ``services.repo_import``, ``services.repo_push`` and ``services.credentials`` hold
+views: ``repositories.fill``, ``repositories.push`` and ``repositories.credentials`` hold
 the logic."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from rest_framework.response import Response
 from api.base import ApiViewSet
 from core.errors import AppError, InvalidInput
 
+from ..repositories import credentials as credential_services
+from ..repositories import fill
+from ..repositories import push as repo_push
 from ..selectors import session_data
-from ..services import credentials as credential_services
-from ..services import repo_import, repo_push
 from ..services import sessions as session_services
 from .base import SessionScopedViewSet
 from .serializers.repositories import CredentialIn, CredentialOut, PushIn, PushOut
@@ -70,7 +71,7 @@ class UploadViewSet(ApiViewSet):
         if archive is not None and not files:
             name = archive.name or "upload"
             session = session_services.create_session(owner=request.user, title=title or name)
-            session = repo_import.fill_from_upload(session=session, name=name, fileobj=archive)
+            session = fill.fill_from_upload(session=session, name=name, fileobj=archive)
         elif files and archive is None:
             paths = request.data.getlist("paths")
             if len(paths) != len(files):
@@ -79,7 +80,7 @@ class UploadViewSet(ApiViewSet):
             session = session_services.create_session(
                 owner=request.user, title=title or top or "Upload"
             )
-            session = repo_import.fill_from_upload(
+            session = fill.fill_from_upload(
                 session=session, name=top, files=list(zip(paths, files, strict=True))
             )
         else:

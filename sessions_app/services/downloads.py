@@ -323,7 +323,7 @@ def chain(
     """Commits on top of ``parent`` (whose tree is ``tree``): one per user turn of
     ``path[start:]`` that changed the files, its prompt the message, each turn's time the
     commit's. The last one's id (``parent`` when no turn changed anything). Also what a push
-    sends (``services.repo_push.push``)."""
+    sends (``repositories/push.py``)."""
     ident = _ident(author)
     for prompt, after, when in _changing_turns(path, start, tree):
         parent = _commit(snap, after, parent, prompt, ident, when)

@@ -234,3 +234,35 @@ def hand_over(
         for name, value in values.items():
             setattr(locked, name, value)
     return True
+
+
+# -- a prepare job's hold (sessions_app/repositories: a clone fills a new session) ------------
+def hold_for_job(session: Session, job: str, seconds: float) -> None:
+    """In the transaction that creates ``session``: it is ``preparing``, held by ``job`` with
+    a lease of ``seconds`` (longer than the job may take), so no run and no history move
+    starts while the job fills its worktree. ``session`` follows the change."""
+    Session.objects.filter(id=session.id).update(
+        status=Session.Status.PREPARING,
+        busy_run_id=job,
+        lease_expires_at=timezone.now() + timedelta(seconds=seconds),
+    )
+    session.status, session.busy_run_id = Session.Status.PREPARING, job
+
+
+def held_by(session_id: str, job: str) -> bool:
+    """Whether ``job`` still holds the session (not deleted, not taken over)."""
+    return Session.objects.filter(id=session_id, busy_run_id=job).exists()
+
+
+def release_job(session_id: str, job: str, locked: Session | None = None, **also: object) -> bool:
+    """``job`` lets the session go (idle, no holder, no lease), only while it still holds
+    it; ``also``: other fields written in the same UPDATE. ``locked``, the row, follows the
+    change. False when the job no longer holds the session."""
+    values = {"status": Session.Status.IDLE, "busy_run_id": None, "lease_expires_at": None}
+    values.update(also)
+    if Session.objects.filter(id=session_id, busy_run_id=job).update(**values) != 1:
+        return False
+    if locked is not None:
+        for name, value in values.items():
+            setattr(locked, name, value)
+    return True

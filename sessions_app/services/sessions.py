@@ -15,12 +15,12 @@ from realtime import events
 from workspace import change_journal, snapshots
 
 from ..models import HistoryEvent, Message, Session
+from ..repositories.checks import check_repository
+from ..repositories.jobs import hold_for_clone
 from ..selectors import active_path, files_at, session_data
 from . import lock
 from .changes import changes_summary, path_start
 from .files_follow import FilesFollow
-from .repo_checks import check_repository
-from .repo_import import hold_for_clone
 
 
 def create_session(
@@ -37,7 +37,7 @@ def create_session(
     ``Session.Checkpoint``, a model name ``scripted`` or ``openai:<model>``) is the API's to
     check (``sessions_app.api.serializers.sessions.SessionIn``); empty means the default.
     ``repository`` ({url, ref, depth, credential_id}): the session starts ``preparing`` and
-    its worktree is cloned by a job (``services.repo_import``)."""
+    its worktree is cloned by a job (``repositories/jobs.py``)."""
     checkpoint = checkpoint or Session.Checkpoint.TOOL_BATCH
     model = model or settings.AGENT_MODEL
     source = check_repository(owner, repository) if repository else {}

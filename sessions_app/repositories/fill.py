@@ -14,7 +14,7 @@ archive.
 * **Upload.** ``fill_from_upload``: the same, in the request: ``unpack`` checks every
   member (links, devices, ``..``, sizes, ratios) before anything is kept.
 
-The request itself is checked first (``repo_checks.check_repository``).
+The request itself is checked first (``checks.check_repository``).
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ import re
 import shutil
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, transaction
 from django.utils import timezone
 
 from core import ids
@@ -53,8 +52,8 @@ from workspace.unpack_checks import ArchiveRefused
 
 from ..models import HistoryEvent, Message, Part, Session
 from ..selectors import session_data
-from . import lock
-from .changes import changes_summary, path_start
+from ..services import lock
+from ..services.changes import changes_summary, path_start
 from .credentials import secret_for
 
 log = logging.getLogger(__name__)
@@ -74,50 +73,9 @@ def emptied(worktree: Path) -> None:
 # -- clone -------------------------------------------------------------------------------------
 
 
-def hold_for_clone(session: Session) -> str:
-    """Inside the transaction that creates ``session``: hold its busy lock for the prepare
-    job (whose id this returns) and enqueue the job after the commit."""
-    job = ids.prepare_id()
-    lease = timedelta(seconds=settings.REPO_CLONE_TIMEOUT + 120)
-    Session.objects.filter(id=session.id).update(
-        status=Session.Status.PREPARING, busy_run_id=job, lease_expires_at=timezone.now() + lease
-    )
-    session.status, session.busy_run_id = Session.Status.PREPARING, job
-    transaction.on_commit(lambda: enqueue_prepare(session.id, job))
-    return job
-
-
-# How a prepare job is started: set at start-up by runs_app (``runtime.enqueue_prepare``:
-# a Celery task in services mode, a thread in embedded mode), which owns the mode.
-_dispatch: Callable[[str, str], None] | None = None
-
-
-def set_dispatcher(dispatch: Callable[[str, str], None]) -> None:
-    global _dispatch
-    _dispatch = dispatch
-
-
-def enqueue_prepare(session_id: str, job: str) -> None:
-    try:
-        if _dispatch is None:
-            raise RuntimeError("no prepare dispatcher registered (runs_app is not ready)")
-        _dispatch(session_id, job)
-    except Exception as exc:  # the broker is away: the clone fails with a sentence
-        log.warning("session %s: could not enqueue the clone (%s)", session_id, exc)
-        _fail(session_id, job, "The clone could not be started: try again.")
-
-
-def prepare_and_close(session_id: str, job: str) -> None:
-    """``prepare`` on a thread of its own (embedded mode): its connection closed after."""
-    try:
-        prepare(session_id, job)
-    finally:
-        connection.close()
-
-
 def _held(session_id: str, job: str) -> bool:
     close_old_connections()
-    return Session.objects.filter(id=session_id, busy_run_id=job).exists()
+    return lock.held_by(session_id, job)
 
 
 def prepare(session_id: str, job: str) -> None:
@@ -164,7 +122,7 @@ def prepare(session_id: str, job: str) -> None:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     if failure:  # after the staging is gone: "idle" means nothing of the clone is left
-        _fail(session_id, job, failure)
+        fail(session_id, job, failure)
 
 
 def _byte_limit(session: Session) -> int:
@@ -353,12 +311,8 @@ def _release(
     locked.head = message
     locked.source = source
     locked.summary = changes_summary(snap, path_start([message]), after)
-    release = {"status": Session.Status.IDLE, "busy_run_id": None, "lease_expires_at": None}
-    fenced = Session.objects.filter(id=locked.id, busy_run_id=job) if job else None
-    if fenced is not None and fenced.update(**release) != 1:
+    if job is not None and not lock.release_job(locked.id, job, locked):
         raise repos.RepoCancelled("The session was taken over.")
-    for name, value in release.items():
-        setattr(locked, name, value)
     locked.save(update_fields=["head", "source", "summary", "updated_at"])
     kind = source.get("type", "git")
     HistoryEvent.objects.create(
@@ -382,7 +336,7 @@ def _seed(snap: snapshots.Snapshots, git_dir: Path) -> None:
         shutil.copyfile(shallow, snap.git_dir / "shallow")
 
 
-def _fail(session_id: str, job: str, sentence: str) -> None:
+def fail(session_id: str, job: str, sentence: str) -> None:
     """The clone did not happen: the session is idle with an empty worktree and
     ``source.error``; only while ``job`` still holds it."""
     with transaction.atomic():
@@ -394,13 +348,7 @@ def _fail(session_id: str, job: str, sentence: str) -> None:
             return
         emptied(locked.worktree)
         locked.source = {**locked.source, "error": sentence[:500]}
-        Session.objects.filter(id=session_id, busy_run_id=job).update(
-            status=Session.Status.IDLE,
-            busy_run_id=None,
-            lease_expires_at=None,
-            source=locked.source,
-            updated_at=timezone.now(),
-        )
+        lock.release_job(session_id, job, source=locked.source, updated_at=timezone.now())
         locked.refresh_from_db()
         events.publish_on_commit(session_id, events.SESSION_UPDATED, session=session_data(locked))
 

@@ -16,9 +16,9 @@ from core.errors import ConflictError, InvalidInput
 from workspace import repos, snapshots, store
 
 from ..models import HistoryEvent, Message, Part, Session
-from . import downloads
+from ..services import downloads
+from .checks import check_push
 from .credentials import secret_for
-from .repo_checks import check_push
 
 
 def push(*, session: Session, branch: object, credential_id: object, user) -> dict:  # noqa: ANN001
