@@ -7,6 +7,7 @@ Services mode: DATABASE_URL (PostgreSQL) and REDIS_URL set. Embedded mode: neith
 from __future__ import annotations
 
 import os
+import tomllib
 from datetime import timedelta
 from pathlib import Path
 
@@ -188,7 +189,8 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Agent sessions platform API",
-    "VERSION": "0.1.0",
+    # The release this code is (CHANGELOG.md): the schema and /api/docs/ say which.
+    "VERSION": tomllib.loads((BASE_DIR / "pyproject.toml").read_text())["project"]["version"],
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",

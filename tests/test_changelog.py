@@ -10,6 +10,8 @@ import re
 import tomllib
 from pathlib import Path
 
+from django.conf import settings
+
 ROOT = Path(__file__).resolve().parent.parent
 CHANGELOG = ROOT / "CHANGELOG.md"
 GROUPS = ["Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"]
@@ -67,3 +69,9 @@ def test_the_changelog_keeps_the_keep_a_changelog_form():
             f"{heading}: each group once, in the order {GROUPS}"
         )
     assert [heading for heading, _ in found].count("## [Unreleased]") == 1
+
+
+def test_the_api_schema_carries_the_release():
+    """``/api/schema/`` and the Swagger UI at ``/api/docs/`` name the version pyproject.toml
+    carries."""
+    assert settings.SPECTACULAR_SETTINGS["VERSION"] == pyproject_version()
