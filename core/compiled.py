@@ -3,8 +3,8 @@
 Django compiles a queryset to SQL each time it runs it: for ``filter(id=...).first()`` of a
 session that is about 0.3 ms of CPU, several times what PostgreSQL spends on the statement,
 paid by the web process for every request and by the worker for every run it starts.
-``Compiled`` builds the queryset once with marker values, keeps the SQL and the compiler,
-and runs that SQL again with the real values: the same statement, the same columns, the
+``Compiled`` builds the queryset once with marker values, keeps the SQL and the compiler's
+conversions, and runs that SQL again with the real values: the same statement, the same columns, the
 same conversions (a JSON field's decoding), for about a quarter of the CPU
 (``tests/test_compiled.py`` checks each result against the ORM's).
 
@@ -23,8 +23,9 @@ parameters, its columns and the compiler's conversions), ``update_sql`` (an UPDA
 them and the documented API (``Model.from_db``, a field's ``pre_save`` and
 ``get_db_prep_save``). ``tests/test_compiled.py`` runs the three against the installed
 Django and compiles every statement the code holds (``statements``): an upgrade that
-changes the private API fails there first. Whoever removes this module replaces each
-statement with the queryset it is built from (``plain_orm`` runs them so).
+changes the private API fails there first (and no other module of the apps may use that
+API). Whoever removes this module replaces each statement with the queryset it is built
+from (``plain_orm`` runs them so).
 
 What each statement saves, measured against the plain ORM side by side (``./dev bench
 --only compiled``; docs/benchmarks.md, "Compiled statements (issue 44)"): a statement stays
