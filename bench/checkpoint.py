@@ -179,16 +179,17 @@ def measure_run(session: Any, user: Any, index: int) -> dict[str, Any]:
     from django.conf import settings
 
     from runs_app.checkpoint import Checkpointer
-    from runs_app.execution import engine
     from runs_app.execution.host import run_agent
     from runs_app.execution.loop import start as loop_start
+    from runs_app.execution.loop import steps as loop_steps
+    from runs_app.execution.loop import tool_calls
     from runs_app.models import Run
     from runs_app.services.runs import start_run
 
     rec = Recorder()
     after_tools = {"flag": False}
     original_flush = Checkpointer.flush
-    original_run_tool = engine.AgentLoop.run_tool
+    original_run_tool = tool_calls.run_tool
 
     def flush(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
         label = "tool-batch" if after_tools["flag"] else "flush"
@@ -201,7 +202,7 @@ def measure_run(session: Any, user: Any, index: int) -> dict[str, Any]:
         return result
 
     steps = {"n": 0}
-    original_step = engine.AgentLoop.step
+    original_step = loop_steps.step
 
     async def step(self, index):  # noqa: ANN001, ANN202
         steps["n"] += 1
@@ -225,8 +226,8 @@ def measure_run(session: Any, user: Any, index: int) -> dict[str, Any]:
 
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(Checkpointer, "flush", flush))
-        stack.enter_context(mock.patch.object(engine.AgentLoop, "run_tool", run_tool))
-        stack.enter_context(mock.patch.object(engine.AgentLoop, "step", step))
+        stack.enter_context(mock.patch.object(tool_calls, "run_tool", run_tool))
+        stack.enter_context(mock.patch.object(loop_steps, "step", step))
         stack.enter_context(mock.patch.object(loop_start, "active_path", active_path))
         stack.enter_context(statements_of_every_thread(rec))
         # The host's keeper (lease renewals, abort polls) stays out of the counts.

@@ -104,8 +104,8 @@ def _ours_checkpoint(user: Any, prior: int, batches: int) -> dict[str, Any]:
     from django.conf import settings
 
     from runs_app.checkpoint import Checkpointer
-    from runs_app.execution import engine
     from runs_app.execution.host import run_agent
+    from runs_app.execution.loop import tool_calls
     from runs_app.models import Run
     from runs_app.services.runs import start_run
     from runs_app.services.seed import seed_runs
@@ -117,7 +117,7 @@ def _ours_checkpoint(user: Any, prior: int, batches: int) -> dict[str, Any]:
     per_checkpoint: list[dict[str, int]] = []
     state = {"after_tools": False}
     original_flush = Checkpointer.flush
-    original_run_tool = engine.AgentLoop.run_tool
+    original_run_tool = tool_calls.run_tool
 
     def flush(self, **kwargs):  # noqa: ANN001, ANN003, ANN202
         if not state["after_tools"]:
@@ -144,7 +144,7 @@ def _ours_checkpoint(user: Any, prior: int, batches: int) -> dict[str, Any]:
     )
     with ExitStack() as stack:
         stack.enter_context(mock.patch.object(Checkpointer, "flush", flush))
-        stack.enter_context(mock.patch.object(engine.AgentLoop, "run_tool", run_tool))
+        stack.enter_context(mock.patch.object(tool_calls, "run_tool", run_tool))
         stack.enter_context(mock.patch.object(settings, "RUN_ABORT_POLL_SECONDS", 3600))
         stack.enter_context(mock.patch.object(settings, "RUN_LEASE_SECONDS", 3600))
         run_agent(run.id)

@@ -410,14 +410,14 @@ def test_an_execution_that_ends_before_recovering_closes_the_step_left_open(owne
     (error) with the first execution's write in no snapshot."""
     from django.db import OperationalError
 
-    from runs_app.execution import engine
+    from runs_app.execution.loop import run as agent_loop
 
     run, step = _left_open_by_a_lost_execution(owner)
 
     def killed(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
         raise OperationalError("terminating connection due to administrator command")
 
-    monkeypatch.setattr(engine, "effective_limits", killed)
+    monkeypatch.setattr(agent_loop, "effective_limits", killed)
     host.run_to_end(run.id, timeout=60)
     ended = Run.objects.get(id=run.id)
     assert (ended.status, ended.error["type"]) == (Run.Status.ERROR, "DatabaseError")
@@ -457,14 +457,14 @@ def test_a_step_closed_by_recovery_is_not_closed_again_by_the_end(owner, monkeyp
     """Found by the 30-minute chaos run (10 parts twice, in pairs): the recovery made the
     closing parts, then the diff event after them failed (Redis restarting); the run ended
     with an error, and its end, not knowing the step closed, closed it a second time."""
-    from runs_app.execution import engine
+    from runs_app.execution.loop import recorder
 
     run, step = _left_open_by_a_lost_execution(owner)
 
-    def redis_away(self, before, after):  # noqa: ANN001, ANN202
+    def redis_away(ctx, before, after):  # noqa: ANN001, ANN202
         raise ConnectionError("Redis is restarting")
 
-    monkeypatch.setattr(engine.AgentLoop, "publish_diff", redis_away)
+    monkeypatch.setattr(recorder, "publish_diff", redis_away)
     host.run_to_end(run.id, timeout=60)
     assert Run.objects.get(id=run.id).status == Run.Status.ERROR
     assert Part.objects.filter(message=step, type="step-finish").count() == 1
@@ -476,10 +476,10 @@ def test_a_stale_execution_s_end_keeps_none_of_its_last_step(owner, monkeypatch)
     """A step without tool calls ends the run: its rows are written with the end, in one
     transaction (one commit, the end's conditional move their fence). The run taken over by
     another execution just before that end: neither its last step nor its end is stored."""
-    from runs_app.execution.loop.end import Ending
+    from runs_app.execution.loop import end as loop_end
 
     run = submitted(owner, "say the last words")
-    original = Ending._record_end
+    original = loop_end.record_end
     taken: list[Run] = []
 
     heads: list[str | None] = []
@@ -489,7 +489,7 @@ def test_a_stale_execution_s_end_keeps_none_of_its_last_step(owner, monkeypatch)
         heads.append(Session.objects.get(id=self.run.session_id).head_id)  # the user's turn
         return original(self, status)
 
-    monkeypatch.setattr(Ending, "_record_end", taken_over_first)
+    monkeypatch.setattr(loop_end, "record_end", taken_over_first)
     host.run_to_end(run.id, timeout=60)
     assert taken and taken[0].lease_epoch == 2
     stored = Run.objects.get(id=run.id)
@@ -511,11 +511,11 @@ def test_the_last_step_and_the_end_are_one_commit(owner, monkeypatch):
     end's UPDATE from its fence on (lock order: sessions_app/services/lock.py)."""
     from django.test.utils import CaptureQueriesContext
 
-    from runs_app.execution.loop.end import Ending
+    from runs_app.execution.loop import end as loop_end
 
     run = submitted(owner, "say done")
     ends: list[tuple[list[str], int]] = []
-    original = Ending._record_end
+    original = loop_end.record_end
 
     def captured(self, status):  # noqa: ANN001, ANN202
         commits: list[int] = []
@@ -528,7 +528,7 @@ def test_the_last_step_and_the_end_are_one_commit(owner, monkeypatch):
             del connection.commit
         ends.append(([q["sql"] for q in queries.captured_queries], len(commits)))
 
-    monkeypatch.setattr(Ending, "_record_end", captured)
+    monkeypatch.setattr(loop_end, "record_end", captured)
     assert host.run_to_end(run.id, timeout=60)
     ((end, commits),) = ends
     assert commits == 1
@@ -546,7 +546,7 @@ def test_an_end_never_waits_in_a_cycle_with_the_streamed_text_writer(owner):
     part's text, then waited to update the run row that the streamed-text writer held
     ``FOR SHARE``, while that writer waited for the part: a deadlock. The end holds the run
     row from its fence on, before any other row: the writer's turn comes before or after."""
-    from runs_app.execution.loop.end import Ending
+    from runs_app.execution.loop import end as loop_end
 
     run = _running(owner)
     writer, message, part = _stored_message(run, "text", "a")
@@ -554,7 +554,7 @@ def test_an_end_never_waits_in_a_cycle_with_the_streamed_text_writer(owner):
     writer.touch(part, "text")  # the end's flush writes the text whole
     shared, done, failures = threading.Event(), threading.Event(), []
 
-    def text_writer() -> None:  # host._text_writer's statement, slowed down between its two
+    def text_writer() -> None:  # the text writer's statement, slowed down between its two
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 from runs_app.execution.fencing import owned
@@ -582,9 +582,9 @@ def test_an_end_never_waits_in_a_cycle_with_the_streamed_text_writer(owner):
         run.lease_epoch,
         True,
     )
-    end.usage_added = lambda: None
+    end.usage, end.usage_start = {}, {}
     run.finished_at = timezone.now()
-    Ending._record_end(end, Run.Status.COMPLETED)
+    loop_end.record_end(end, Run.Status.COMPLETED)
     assert done.wait(10) and failures == []
     thread.join()
     assert Run.objects.get(id=run.id).status == Run.Status.COMPLETED
@@ -632,7 +632,7 @@ def test_a_stale_execution_neither_confirms_a_revert_nor_writes_its_prompt(owner
     """A prompt over a pending revert confirms it in the prompt's transaction (docs/semantics.md
     §1.3). The run taken over just before: the revert stays pending, nothing of it is deleted, and
     no prompt is written — the execution that took the run over does both."""
-    from runs_app.execution.loop.start import StartPhase
+    from runs_app.execution.loop import start as loop_start
     from sessions_app.services.revert import revert_session
 
     first = submitted(owner, "say one")
@@ -655,14 +655,14 @@ def test_a_stale_execution_neither_confirms_a_revert_nor_writes_its_prompt(owner
         messages=[{"role": "user", "content": "say three"}],
         defer_enqueue=True,
     )
-    original = StartPhase.confirm_and_prompt
+    original = loop_start.confirm_and_prompt
     taken: list[Run] = []
 
     def taken_over_first(self):  # noqa: ANN001, ANN202
         taken.append(_take_over(Run.objects.get(id=self.run.id)))  # the sweep, meanwhile
         return original(self)
 
-    monkeypatch.setattr(StartPhase, "confirm_and_prompt", taken_over_first)
+    monkeypatch.setattr(loop_start, "confirm_and_prompt", taken_over_first)
     host.run_to_end(run.id, timeout=60)
     assert taken and taken[0].lease_epoch == 2
     stored = Session.objects.get(id=session.id)

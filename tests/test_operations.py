@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from core.logs import ContextFilter, JsonFormatter, log_context
-from runs_app.execution import engine
+from runs_app.execution.loop import run as agent_loop
 from runs_app.models import Run
 from runs_app.services.runs import start_run, wait_for_run
 from sessions_app.models import Session
@@ -42,14 +42,14 @@ def test_health_checks_the_database_redis_and_a_worker(settings, monkeypatch):
 
 def test_log_records_carry_the_run_and_session(api, monkeypatch, caplog):
     sid = api.post("/api/sessions/", {}, format="json").json()["id"]
-    original = engine.AgentLoop.execute
+    original = agent_loop.execute
 
-    def execute(self):  # noqa: ANN001, ANN202
-        logging.getLogger("runs_app.execution.engine").warning("inside the loop")
-        return original(self)
+    def execute(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        logging.getLogger("runs_app.execution.loop.run").warning("inside the loop")
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(engine.AgentLoop, "execute", execute)
-    caplog.set_level(logging.WARNING, logger="runs_app.execution.engine")
+    monkeypatch.setattr(agent_loop, "execute", execute)
+    caplog.set_level(logging.WARNING, logger="runs_app.execution.loop.run")
     caplog.handler.addFilter(ContextFilter())
     run = run_turn(api, sid, "say hi")
     record = next(r for r in caplog.records if r.getMessage() == "inside the loop")

@@ -13,7 +13,7 @@ import httpx
 import openai
 import pytest
 
-from runs_app.execution.loop import state as loop_state
+from runs_app.execution.loop import context as loop_context
 from runs_app.models import Run
 from runs_app.providers.base import Finish, ProviderError, TextDelta, classify, status_error
 from runs_app.providers.scripted import ScriptedProvider
@@ -57,7 +57,7 @@ def flaky(monkeypatch, settings):
     def install(trigger: str, failures: list[Any]) -> None:
         provider = Flaky(trigger, failures)
         made["p"] = provider
-        monkeypatch.setattr(loop_state, "get_provider", lambda model: provider)
+        monkeypatch.setattr(loop_context, "get_provider", lambda model: provider)
 
     return install
 

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from realtime import events
-from runs_app.execution.loop.start import StartPhase
+from runs_app.execution.loop import start as loop_start
 from runs_app.models import Run
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path
@@ -229,7 +229,7 @@ def test_a_prompt_over_a_revert_confirms_it_in_the_prompt_s_own_transaction(api,
     def broken(self):  # noqa: ANN001, ANN202
         raise RuntimeError("the prompt could not be written")
 
-    monkeypatch.setattr(StartPhase, "_start_prompt", broken)
+    monkeypatch.setattr(loop_start, "_start_prompt", broken)
     api.post(
         f"/api/sessions/{sid}/runs/",
         {"messages": [{"role": "user", "content": "say four"}], "wait": True},

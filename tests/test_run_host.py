@@ -11,8 +11,8 @@ import time
 import pytest
 
 from core import heap
-from runs_app.execution import engine
 from runs_app.execution.host import host
+from runs_app.execution.loop import start as loop_start
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.services.sessions import create_session
@@ -39,7 +39,7 @@ def test_a_burst_of_runs_starts_at_most_the_configured_number_at_once(
     settings.RUN_STARTING_AT_ONCE = at_once
     starting, most = [0], [0]
     guard = threading.Lock()
-    original = engine.AgentLoop.start_up
+    original = loop_start.start_up
 
     async def counted_start_up(self):  # noqa: ANN001, ANN202
         with guard:
@@ -52,7 +52,7 @@ def test_a_burst_of_runs_starts_at_most_the_configured_number_at_once(
             with guard:
                 starting[0] -= 1
 
-    monkeypatch.setattr(engine.AgentLoop, "start_up", counted_start_up)
+    monkeypatch.setattr(loop_start, "start_up", counted_start_up)
     runs = [
         start_run(
             session=create_session(owner=owner),

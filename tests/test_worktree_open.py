@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import InvalidInput, NotFoundError
-from runs_app.execution.engine import approval_preview
+from runs_app.execution.loop.gate import approval_preview
 from runs_app.tools import TOOLS, ToolContext, ToolError
 from sessions_app.selectors import worktree_entry
 from sessions_app.services.sessions import create_session

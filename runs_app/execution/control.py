@@ -1,5 +1,5 @@
 """What a running loop and the host that carries it share: the run's stop signals, and the
-host's way of running what blocks."""
+host's way of running what blocks (``RunHostLike``: the loop needs no import of the host)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,5 @@ class RunHostLike(Protocol):
     async def blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
     async def in_tool_thread(self, fn: Callable[..., T], *args: Any) -> T: ...
-
-    def stream_text(self, part: Any, control: RunControl) -> None: ...
 
     def starting(self) -> AbstractAsyncContextManager[Any]: ...

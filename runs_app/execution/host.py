@@ -45,8 +45,8 @@ from workspace import sandbox
 from .. import lifecycle
 from . import runtime
 from .control import RunControl
-from .engine import AgentLoop
 from .keeper import LeaseKeeper
+from .loop import run as agent_loop
 from .text_writer import TextWriter
 from .threads import Threads
 
@@ -194,7 +194,7 @@ class RunHost:
         self.runs[run.id] = control
         try:
             with log_context(run_id=run.id, session_id=run.session_id):
-                await AgentLoop(run, host=self, control=control).execute()
+                await agent_loop.execute(run, host=self, control=control, texts=self.texts)
         finally:
             self.runs.pop(run.id, None)
             runtime.abort_bus().unregister(run.id)
@@ -240,11 +240,6 @@ class RunHost:
     async def in_tool_thread(self, fn: Callable[..., T], *args: Any) -> T:
         assert self.threads is not None
         return await self.threads.in_tool_thread(fn, *args)
-
-    def stream_text(self, part: Any, control: RunControl) -> None:
-        """(On the loop.) ``part``'s text goes with the text writer's next batch."""
-        assert self.texts is not None
-        self.texts.add(part, control)
 
     def settle(self, timeout: float = 20.0) -> bool:
         """Wait until no run handed over here is left; past half of ``timeout`` the live

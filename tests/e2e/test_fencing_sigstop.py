@@ -60,7 +60,7 @@ TERMINAL = ("completed", "error", "cancelled")
 
 def _stopped_lines(log: str, run_id: str) -> list[str]:
     """What a worker logs when one of its executions of ``run_id`` stops without writing
-    (runs_app/host.py, runs_app/engine.py)."""
+    (runs_app/execution/host.py, runs_app/execution/loop/)."""
     markers = (
         f"run {run_id}: its lease was not renewed",
         f"run {run_id} lost its lock",

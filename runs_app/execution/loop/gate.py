@@ -16,71 +16,70 @@ from sessions_app.selectors import part_data
 
 from ... import lifecycle
 from ...tools import ToolError, current_text
+from . import recorder, usage
+from .context import RunContext
 from .errors import LockLost
-from .state import LoopState
 
 PREVIEW_MAX = 20_000
 PREVIEW_DIFF_BYTES = 1_000_000
 
 
-class ToolGate(LoopState):
-    """Deciding a batch by the session's rules, and parking the run for the owner."""
-
-    async def gate(self, parts: list[Part]) -> bool:
-        """SEMANTICS 8.1: decide each call of the batch by the session's rules before any
-        runs. ``deny`` ends it as a tool error; ``ask`` marks it requested (with a preview
-        of what it would do). True when some call waits for the owner."""
-        rules = permissions.in_force(self.session.permissions)
-        decisions = [permissions.decide(rules, p.tool, (p.state or {}).get("input")) for p in parts]
-        if all(d == "allow" for d in decisions):
-            return False
-        asking = "ask" in decisions
-        previews = await self.db(self.previews, parts, decisions)
-        now = time.time()
-        for part, decision in zip(parts, decisions, strict=True):
-            state = dict(part.state or {})
-            if decision == "deny":
-                state.update(
-                    status="error",
-                    error=f"Denied by this session's permissions: {part.tool} is not allowed here.",
-                    metadata={**(state.get("metadata") or {}), "denied": True, "by": "rule"},
-                    time={"start": None, "end": now},
-                )
-            elif decision == "ask":
-                state["approval"] = {"status": "requested", "preview": previews.get(part.id, "")}
-            elif asking:
-                state["approval"] = {"status": "allowed", "by": "rule"}
-            part.state = state
-            self.writer.touch(part, "state")
-            self.emit(events.PART_UPDATED, part=part_data(part))
-        return asking
-
-    def previews(self, parts: list[Part], decisions: list[str]) -> dict[str, str]:
-        """What an asked call would do: the command; for file tools, the diff of the write."""
-        return {
-            part.id: approval_preview(
-                self.session.worktree, part.tool, (part.state or {}).get("input")
+async def gate(ctx: RunContext, parts: list[Part]) -> bool:
+    """SEMANTICS 8.1: decide each call of the batch by the session's rules before any
+    runs. ``deny`` ends it as a tool error; ``ask`` marks it requested (with a preview
+    of what it would do). True when some call waits for the owner."""
+    rules = permissions.in_force(ctx.session.permissions)
+    decisions = [permissions.decide(rules, p.tool, (p.state or {}).get("input")) for p in parts]
+    if all(d == "allow" for d in decisions):
+        return False
+    asking = "ask" in decisions
+    shown = await ctx.db(previews, ctx, parts, decisions)
+    now = time.time()
+    for part, decision in zip(parts, decisions, strict=True):
+        state = dict(part.state or {})
+        if decision == "deny":
+            state.update(
+                status="error",
+                error=f"Denied by this session's permissions: {part.tool} is not allowed here.",
+                metadata={**(state.get("metadata") or {}), "denied": True, "by": "rule"},
+                time={"start": None, "end": now},
             )
-            for part, decision in zip(parts, decisions, strict=True)
-            if decision == "ask"
-        }
+        elif decision == "ask":
+            state["approval"] = {"status": "requested", "preview": shown.get(part.id, "")}
+        elif asking:
+            state["approval"] = {"status": "allowed", "by": "rule"}
+        part.state = state
+        ctx.writer.touch(part, "state")
+        recorder.emit(ctx, events.PART_UPDATED, part=part_data(part))
+    return asking
 
-    async def park(self) -> None:
-        """The run stops before calls that wait for the owner: its rows are written, the
-        session stays held (``waiting``) with no lease to renew, and the coroutine ends —
-        no worker, thread or process waits with it."""
-        close = getattr(self.provider, "aclose", None)
-        if close is not None:
-            await close()
-        if self.control.lost.is_set():
-            raise LockLost()
-        self.run.usage = self.usage
-        await self.db(self._record_park)
 
-    def _record_park(self) -> None:
-        self.writer.flush()
-        lifecycle.park(self.run, epoch=self.epoch, usage_added=self.usage_added())
-        self.usage_start = dict(self.usage)
+def previews(ctx: RunContext, parts: list[Part], decisions: list[str]) -> dict[str, str]:
+    """What an asked call would do: the command; for file tools, the diff of the write."""
+    return {
+        part.id: approval_preview(ctx.session.worktree, part.tool, (part.state or {}).get("input"))
+        for part, decision in zip(parts, decisions, strict=True)
+        if decision == "ask"
+    }
+
+
+async def park(ctx: RunContext) -> None:
+    """The run stops before calls that wait for the owner: its rows are written, the
+    session stays held (``waiting``) with no lease to renew, and the coroutine ends —
+    no worker, thread or process waits with it."""
+    close = getattr(ctx.provider, "aclose", None)
+    if close is not None:
+        await close()
+    if ctx.control.lost.is_set():
+        raise LockLost()
+    ctx.run.usage = ctx.usage
+    await ctx.db(_record_park, ctx)
+
+
+def _record_park(ctx: RunContext) -> None:
+    ctx.writer.flush()
+    lifecycle.park(ctx.run, epoch=ctx.epoch, usage_added=usage.usage_added(ctx))
+    ctx.usage_start = dict(ctx.usage)
 
 
 def approval_of(part: Part) -> str | None:

@@ -21,146 +21,146 @@ from ... import compaction
 from ...providers import ProviderError
 from ...providers.base import Finish, ReasoningDelta, StructuredOutput, TextDelta, ToolCall
 from ...transcript import model_messages
-from .state import LoopState
+from . import recorder, usage
+from .context import RunContext
 
 log = logging.getLogger(__name__)
 
 
-class ModelStream(LoopState):
-    """Streaming the model, and compacting the transcript when it would not fit."""
+async def model_events(
+    ctx: RunContext, prompt: list[dict[str, Any]], specs: list[dict[str, Any]]
+) -> AsyncIterator[Any]:
+    """The model's stream; a call refused for its rate before any token is tried again
+    after the provider's ``Retry-After`` (else 1, 2, 4… s), ``AGENT_RATE_LIMIT_RETRIES``
+    times, then the run ends with an error saying so."""
+    attempt, waited = 0, 0.0
+    while True:
+        started = False
+        try:
+            async for event in ctx.provider.astream(prompt, specs, should_abort=ctx.aborted):
+                started = True
+                yield event
+            return
+        except ProviderError as exc:
+            if started or exc.kind != "rate_limit":
+                raise
+            delay = exc.retry_after if exc.retry_after is not None else 2.0**attempt
+            if attempt >= settings.AGENT_RATE_LIMIT_RETRIES:
+                raise ProviderError(
+                    f"{exc} Tried {attempt + 1} times over {waited:.0f} s; try again later.",
+                    kind="rate_limit",
+                ) from exc
+            if delay > settings.AGENT_RATE_LIMIT_MAX_WAIT:
+                raise ProviderError(
+                    f"{exc} It asks to wait {delay:.0f} s; try again later.",
+                    kind="rate_limit",
+                ) from exc
+            attempt += 1
+            waited += delay
+            log.warning("run %s: rate limited, trying again in %.1f s", ctx.run.id, delay)
+            await pause(ctx, delay)
 
-    async def model_events(
-        self, prompt: list[dict[str, Any]], specs: list[dict[str, Any]]
-    ) -> AsyncIterator[Any]:
-        """The model's stream; a call refused for its rate before any token is tried again
-        after the provider's ``Retry-After`` (else 1, 2, 4… s), ``AGENT_RATE_LIMIT_RETRIES``
-        times, then the run ends with an error saying so."""
-        attempt, waited = 0, 0.0
-        while True:
-            started = False
-            try:
-                async for event in self.provider.astream(prompt, specs, should_abort=self.aborted):
-                    started = True
-                    yield event
-                return
-            except ProviderError as exc:
-                if started or exc.kind != "rate_limit":
-                    raise
-                delay = exc.retry_after if exc.retry_after is not None else 2.0**attempt
-                if attempt >= settings.AGENT_RATE_LIMIT_RETRIES:
-                    raise ProviderError(
-                        f"{exc} Tried {attempt + 1} times over {waited:.0f} s; try again later.",
-                        kind="rate_limit",
-                    ) from exc
-                if delay > settings.AGENT_RATE_LIMIT_MAX_WAIT:
-                    raise ProviderError(
-                        f"{exc} It asks to wait {delay:.0f} s; try again later.",
-                        kind="rate_limit",
-                    ) from exc
-                attempt += 1
-                waited += delay
-                log.warning("run %s: rate limited, trying again in %.1f s", self.run.id, delay)
-                await self.pause(delay)
 
-    async def pause(self, seconds: float) -> None:
-        """Wait, stopping at once for an abort or a lost lease."""
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            self.check()
-            await asyncio.sleep(min(0.05, max(0.0, end - time.monotonic())))
-        self.check()
+async def pause(ctx: RunContext, seconds: float) -> None:
+    """Wait, stopping at once for an abort or a lost lease."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        ctx.check()
+        await asyncio.sleep(min(0.05, max(0.0, end - time.monotonic())))
+    ctx.check()
 
-    async def stream(self, message: Message) -> list[ToolCall]:
-        specs = [t.spec() for t in self.tools.values()]
-        prompt = model_messages(self.history[:-1], self.session.system_prompt)
-        calls: list[ToolCall] = []
-        parts: dict[str, Part] = {}
-        last_flush = time.monotonic()
-        async for event in self.model_events(prompt, specs):
-            if isinstance(event, TextDelta | ReasoningDelta):
-                kind = Part.Type.TEXT if isinstance(event, TextDelta) else Part.Type.REASONING
-                part = parts.get(kind)
-                if part is None:
-                    part = parts[kind] = self.new_part(message, kind, text="")
-                    self.emit(events.PART_UPDATED, part=part_data(part))
-                offset = len(part.text)
-                part.text += event.text
-                self.writer.touch(part, "text")
-                events.publish_delta(
-                    self.session.id,
-                    message_id=message.id,
-                    part_id=part.id,
-                    offset=offset,
-                    text=event.text,
-                    reasoning=kind == Part.Type.REASONING,
-                )
-                if (
-                    self.mode != Session.Checkpoint.RUNS
-                    and time.monotonic() - last_flush >= settings.STREAM_FLUSH_SECONDS
-                ):
-                    if self.writer.is_new(part):
-                        await self.db(self.writer.flush, durable=False)  # the row, first
-                    else:
-                        # Written with every other run's streamed text, one statement per tick.
-                        self.host.stream_text(part, self.control)
-                    last_flush = time.monotonic()
-            elif isinstance(event, ToolCall):
-                calls.append(event)
-            elif isinstance(event, StructuredOutput):
-                message.structured = event.value
-                self.run.output = event.value
-            elif isinstance(event, Finish):
-                message.tokens = self.count(self.reported(event.usage, prompt, parts, calls))
-                self.record_usage(message)
-            self.check()
-        for part in parts.values():
-            self.emit(events.PART_UPDATED, part=part_data(part))
-        return calls
 
-    async def compact(self, *, force: bool = False) -> bool:
-        """SEMANTICS 10: when the transcript the next model call would be sent passes the
-        model's budget (or ``force``), summarise the path before the latest user message
-        with a model call of its own and write the summary as a message on the path. True
-        when it did."""
-        model = self.run.model or self.session.model or settings.AGENT_MODEL
-        limit = compaction.budget(model)
-        before = compaction.estimate_tokens(
-            model_messages(self.history, self.session.system_prompt)
-        )
-        if not force and before <= limit:
-            return False
-        cut = compaction.cut_point(self.history)
-        if cut is None:
-            return False  # the latest turn alone: nothing older to summarise
-        request = compaction.summary_request(self.history, cut, self.session.system_prompt, limit)
-        summary: list[str] = []
-        spent: dict[str, Any] = {}
-        async for event in self.model_events(request, []):
-            if isinstance(event, TextDelta):
-                summary.append(event.text)
-            elif isinstance(event, Finish):
-                spent = self.count(event.usage)
-            self.check()
-        message = self.new_message(Message.Role.ASSISTANT)
-        message.completed_at = timezone.now()
-        message.tokens = spent
-        self.record_usage(message)
-        part = self.new_part(
-            message,
-            Part.Type.COMPACTION,
-            text="".join(summary).strip(),
-            data={"replaced": cut, "tokens_before": before},
-        )
-        part.data["tokens_after"] = compaction.estimate_tokens(
-            model_messages(self.history, self.session.system_prompt)
-        )
-        await self.db(self.writer.flush)
-        self.emit(events.MESSAGE_UPDATED, message=message_data(message))
-        log.info(
-            "run %s compacted %d messages (%d → %d tokens)",
-            self.run.id,
-            cut,
-            before,
-            part.data["tokens_after"],
-        )
-        return True
+async def stream(ctx: RunContext, message: Message) -> list[ToolCall]:
+    specs = [t.spec() for t in ctx.tools.values()]
+    prompt = model_messages(ctx.history[:-1], ctx.session.system_prompt)
+    calls: list[ToolCall] = []
+    parts: dict[str, Part] = {}
+    last_flush = time.monotonic()
+    async for event in model_events(ctx, prompt, specs):
+        if isinstance(event, TextDelta | ReasoningDelta):
+            kind = Part.Type.TEXT if isinstance(event, TextDelta) else Part.Type.REASONING
+            part = parts.get(kind)
+            if part is None:
+                part = parts[kind] = recorder.new_part(ctx, message, kind, text="")
+                recorder.emit(ctx, events.PART_UPDATED, part=part_data(part))
+            offset = len(part.text)
+            part.text += event.text
+            ctx.writer.touch(part, "text")
+            events.publish_delta(
+                ctx.session.id,
+                message_id=message.id,
+                part_id=part.id,
+                offset=offset,
+                text=event.text,
+                reasoning=kind == Part.Type.REASONING,
+            )
+            if (
+                ctx.mode != Session.Checkpoint.RUNS
+                and time.monotonic() - last_flush >= settings.STREAM_FLUSH_SECONDS
+            ):
+                if ctx.writer.is_new(part):
+                    await ctx.db(ctx.writer.flush, durable=False)  # the row, first
+                else:
+                    # Written with every other run's streamed text, one statement per tick.
+                    recorder.stream_text(ctx, part)
+                last_flush = time.monotonic()
+        elif isinstance(event, ToolCall):
+            calls.append(event)
+        elif isinstance(event, StructuredOutput):
+            message.structured = event.value
+            ctx.run.output = event.value
+        elif isinstance(event, Finish):
+            message.tokens = usage.count(ctx, usage.reported(event.usage, prompt, parts, calls))
+            usage.record_usage(ctx, message)
+        ctx.check()
+    for part in parts.values():
+        recorder.emit(ctx, events.PART_UPDATED, part=part_data(part))
+    return calls
+
+
+async def compact(ctx: RunContext, *, force: bool = False) -> bool:
+    """SEMANTICS 10: when the transcript the next model call would be sent passes the
+    model's budget (or ``force``), summarise the path before the latest user message
+    with a model call of its own and write the summary as a message on the path. True
+    when it did."""
+    model = ctx.run.model or ctx.session.model or settings.AGENT_MODEL
+    limit = compaction.budget(model)
+    before = compaction.estimate_tokens(model_messages(ctx.history, ctx.session.system_prompt))
+    if not force and before <= limit:
+        return False
+    cut = compaction.cut_point(ctx.history)
+    if cut is None:
+        return False  # the latest turn alone: nothing older to summarise
+    request = compaction.summary_request(ctx.history, cut, ctx.session.system_prompt, limit)
+    summary: list[str] = []
+    spent: dict[str, Any] = {}
+    async for event in model_events(ctx, request, []):
+        if isinstance(event, TextDelta):
+            summary.append(event.text)
+        elif isinstance(event, Finish):
+            spent = usage.count(ctx, event.usage)
+        ctx.check()
+    message = recorder.new_message(ctx, Message.Role.ASSISTANT)
+    message.completed_at = timezone.now()
+    message.tokens = spent
+    usage.record_usage(ctx, message)
+    part = recorder.new_part(
+        ctx,
+        message,
+        Part.Type.COMPACTION,
+        text="".join(summary).strip(),
+        data={"replaced": cut, "tokens_before": before},
+    )
+    part.data["tokens_after"] = compaction.estimate_tokens(
+        model_messages(ctx.history, ctx.session.system_prompt)
+    )
+    await ctx.db(ctx.writer.flush)
+    recorder.emit(ctx, events.MESSAGE_UPDATED, message=message_data(message))
+    log.info(
+        "run %s compacted %d messages (%d → %d tokens)",
+        ctx.run.id,
+        cut,
+        before,
+        part.data["tokens_after"],
+    )
+    return True

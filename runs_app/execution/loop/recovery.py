@@ -14,99 +14,105 @@ from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data
 
 from ...tools import TOOLS
+from . import recorder, step_end, tool_calls
+from .context import RunContext
 from .errors import UNFINISHED, AwaitingApproval
 from .gate import approval_of
-from .state import LoopState
 
 
-class Recovery(LoopState):
-    """Rule 1.5: what an earlier execution (or this one's last step) left unfinished."""
+async def recover(ctx: RunContext, *, mode: str) -> None:
+    """Rule 1.5, on the last assistant message of the path: completed and error tools
+    are kept; unfinished tools without side effects run again; with side effects they
+    are interrupted (never run twice), and so is every unfinished tool after an
+    interrupt or a blocking error; an unfinished message is completed with an error."""
+    last = next((m for m in reversed(ctx.history) if m.role == Message.Role.ASSISTANT), None)
+    if last is None:
+        ctx.recovered = True
+        return
+    parked = parked_step(last)
+    left_open = open_step(last) if parked is None else None
+    if parked is not None and any(
+        approval_of(p) == "requested" and (p.state or {}).get("status") == "pending"
+        for p in last.loaded_parts
+    ):
+        raise AwaitingApproval()  # still undecided: ask again (8.4)
+    await settle_tools(ctx, last, mode)
+    if parked is not None:
+        # The step that stopped for approvals ends now, as it would have then.
+        index, before = parked
+        try:
+            await ctx.db(
+                step_end.close_step, ctx, last, index, before, ran_tools=True, finished=True
+            )
+        finally:
+            ctx.recovered = open_step(last) is None  # as below
+        return
+    if left_open is not None:
+        # A step an execution left open (its worker died, or lost the run, between a
+        # tool and the step's snapshot) ends interrupted, with what its tools did to the
+        # files: else that would be in the worktree and in no snapshot (SEMANTICS 1.7).
+        index, before = left_open
+        try:
+            await ctx.db(
+                step_end.close_step, ctx, last, index, before, ran_tools=True, finished=False
+            )
+        finally:
+            # Closed once its parts are made (they wait for the next flush), even when
+            # what follows them failed (a diff event): the end must not close it again.
+            ctx.recovered = open_step(last) is None
+    else:
+        ctx.recovered = True
+    complete_unfinished(ctx, last, mode)
+    if ctx.mode != Session.Checkpoint.RUNS:  # "runs" writes at terminal states only
+        await ctx.db(ctx.writer.flush)
 
-    async def recover(self, *, mode: str) -> None:
-        """Rule 1.5, on the last assistant message of the path: completed and error tools
-        are kept; unfinished tools without side effects run again; with side effects they
-        are interrupted (never run twice), and so is every unfinished tool after an
-        interrupt or a blocking error; an unfinished message is completed with an error."""
-        last = next((m for m in reversed(self.history) if m.role == Message.Role.ASSISTANT), None)
-        if last is None:
-            self.recovered = True
-            return
-        parked = parked_step(last)
-        left_open = open_step(last) if parked is None else None
-        if parked is not None and any(
-            approval_of(p) == "requested" and (p.state or {}).get("status") == "pending"
-            for p in last.loaded_parts
-        ):
-            raise AwaitingApproval()  # still undecided: ask again (8.4)
-        await self.settle_tools(last, mode)
-        if parked is not None:
-            # The step that stopped for approvals ends now, as it would have then.
-            index, before = parked
-            try:
-                await self.db(self.close_step, last, index, before, ran_tools=True, finished=True)
-            finally:
-                self.recovered = open_step(last) is None  # as below
-            return
-        if left_open is not None:
-            # A step an execution left open (its worker died, or lost the run, between a
-            # tool and the step's snapshot) ends interrupted, with what its tools did to the
-            # files: else that would be in the worktree and in no snapshot (SEMANTICS 1.7).
-            index, before = left_open
-            try:
-                await self.db(self.close_step, last, index, before, ran_tools=True, finished=False)
-            finally:
-                # Closed once its parts are made (they wait for the next flush), even when
-                # what follows them failed (a diff event): the end must not close it again.
-                self.recovered = open_step(last) is None
-        else:
-            self.recovered = True
-        self.complete_unfinished(last, mode)
-        if self.mode != Session.Checkpoint.RUNS:  # "runs" writes at terminal states only
-            await self.db(self.writer.flush)
 
-    async def settle_tools(self, last: Message, mode: str) -> None:
-        """Each unfinished tool call of ``last``: run (again) when that is safe, else
-        interrupted; after an interrupt or a blocking error, every later one interrupted."""
-        blocked = False
-        for part in last.loaded_parts:
-            if part.type != Part.Type.TOOL:
-                continue
-            state = part.state or {}
-            status = state.get("status")
-            tool = TOOLS.get(part.tool)
-            if status == "completed":
-                continue
-            if status == "error":
-                denied = (state.get("metadata") or {}).get("denied")
-                if tool is not None and tool.blocks_on_error and not denied:
-                    blocked = True
-                continue
-            if status not in UNFINISHED:
-                continue
-            if blocked:
-                self.interrupt(part, reason="blocked", now=time.time())
-            elif status == "pending" and approval_of(part) == "allowed":
-                await self.run_tool(part)  # decided, never started: its first execution
-            elif tool is not None and not tool.side_effects:
-                await self.run_tool(part)  # recall: no side effects, so running it again is safe
-            else:
-                self.interrupt(part, reason=mode, now=time.time())  # never run twice
+async def settle_tools(ctx: RunContext, last: Message, mode: str) -> None:
+    """Each unfinished tool call of ``last``: run (again) when that is safe, else
+    interrupted; after an interrupt or a blocking error, every later one interrupted."""
+    blocked = False
+    for part in last.loaded_parts:
+        if part.type != Part.Type.TOOL:
+            continue
+        state = part.state or {}
+        status = state.get("status")
+        tool = TOOLS.get(part.tool)
+        if status == "completed":
+            continue
+        if status == "error":
+            denied = (state.get("metadata") or {}).get("denied")
+            if tool is not None and tool.blocks_on_error and not denied:
                 blocked = True
+            continue
+        if status not in UNFINISHED:
+            continue
+        if blocked:
+            recorder.interrupt(ctx, part, reason="blocked", now=time.time())
+        elif status == "pending" and approval_of(part) == "allowed":
+            await tool_calls.run_tool(ctx, part)  # decided, never started: its first execution
+        elif tool is not None and not tool.side_effects:
+            await tool_calls.run_tool(
+                ctx, part
+            )  # recall: no side effects, so running it again is safe
+        else:
+            recorder.interrupt(ctx, part, reason=mode, now=time.time())  # never run twice
+            blocked = True
 
-    def complete_unfinished(self, last: Message, mode: str) -> None:
-        """An assistant message an execution left open is completed, with the seed's error
-        sentence (the chat shows it as a quiet "stopped" note)."""
-        if last.completed_at is not None:
-            return
-        last.completed_at = timezone.now()
-        if not last.error:
-            last.error = {
-                "reason": "UnfinishedAssistantMessage",
-                "message": "Assistant message was not completed before recovery.",
-                "metadata": {"recovered": True, "mode": mode},
-            }
-        self.writer.touch(last, "completed_at", "error")
-        self.emit(events.MESSAGE_UPDATED, message=message_data(last))
+
+def complete_unfinished(ctx: RunContext, last: Message, mode: str) -> None:
+    """An assistant message an execution left open is completed, with the seed's error
+    sentence (the chat shows it as a quiet "stopped" note)."""
+    if last.completed_at is not None:
+        return
+    last.completed_at = timezone.now()
+    if not last.error:
+        last.error = {
+            "reason": "UnfinishedAssistantMessage",
+            "message": "Assistant message was not completed before recovery.",
+            "metadata": {"recovered": True, "mode": mode},
+        }
+    ctx.writer.touch(last, "completed_at", "error")
+    recorder.emit(ctx, events.MESSAGE_UPDATED, message=message_data(last))
 
 
 def turn_finished(history: list[Message]) -> bool:
