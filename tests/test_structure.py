@@ -8,7 +8,12 @@ breaks it fails here:
 * no function-level import hides a cycle;
 * the session row is locked in one module (``sessions_app/services/lock.py``), and the
   run's transitions (claim, hand-over) happen in one (``runs_app/lifecycle.py``);
-* the mode (embedded or services) is decided in one module (``core/mode.py``).
+* the mode (embedded or services) is decided in one module (``core/mode.py``);
+* runs execute in one home, ``runs_app/execution/``: the rest of the project imports only its
+  entry points, the runtime never reaches the host, and the agent loop is phase modules over
+  one context whose imports go down floors;
+* the session's busy lock (holder and lease) is written in ``lock.py`` only, and a session's
+  repository lives in one home (``sessions_app/repositories/``).
 """
 
 from __future__ import annotations
@@ -427,3 +432,99 @@ def test_no_module_is_longer_than_five_hundred_lines():
         if (lines := len(path.read_text().splitlines())) > MODULE_MAX
     }
     assert long == {}, "split these by concern"
+
+
+# -- the execution home (issue 44) ------------------------------------------------------------
+EXECUTION = "runs_app.execution"
+# What the rest of the project may import of it: the mode's consequences for runs and the
+# enqueue (runtime), the process's host, the fence, what a dead execution left open, the
+# drain and the sweep.
+EXECUTION_ENTRY_POINTS = {
+    f"{EXECUTION}.{name}"
+    for name in ("runtime", "host", "fencing", "unfinished", "drain", "sweeper")
+}
+EXECUTION_MODULES = {
+    "runtime", "host", "threads", "keeper", "text_writer", "drain", "sweeper", "fencing",
+    "abort_bus", "control", "unfinished",
+}  # fmt: skip
+# The agent loop's phase modules, by floor (top first): a module imports only modules of the
+# floors below its own, so a call between two phases is an import, one way.
+LOOP_FLOORS = (
+    ("run",),
+    ("steps",),
+    ("start",),
+    ("recovery",),
+    ("end", "gate", "model", "tool_calls", "step_end"),
+    ("recorder", "usage"),
+    ("context",),
+    ("errors",),
+)
+
+
+def test_run_execution_lives_in_one_package():
+    home = ROOT / "runs_app" / "execution"
+    assert {p.stem for p in home.glob("*.py")} >= EXECUTION_MODULES
+    assert {p.stem for p in (home / "loop").glob("*.py")} - {"__init__"} == {
+        name for floor in LOOP_FLOORS for name in floor
+    }
+    strays = sorted(
+        rel(p)
+        for p in (ROOT / "runs_app").rglob("*.py")
+        if home not in p.parents and p.stem in EXECUTION_MODULES | {"engine", "loop"}
+    )
+    assert not strays, f"run execution belongs in runs_app/execution/: {strays}"
+    # Importing an entry point imports nothing else of the package (its __init__ is empty).
+    init = ast.parse((home / "__init__.py").read_text())
+    assert not [n for n in ast.walk(init) if isinstance(n, ast.Import | ast.ImportFrom)]
+
+
+def test_only_the_entry_points_of_execution_are_imported_from_outside(graph):
+    arrows = sorted(
+        (module, imported)
+        for module in graph.modules
+        if not module.startswith(EXECUTION)
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.startswith(EXECUTION + ".") and imported not in EXECUTION_ENTRY_POINTS
+    )
+    assert not arrows, f"import runs_app.execution through its entry points: {arrows}"
+
+
+def test_no_two_way_pair_inside_execution(graph):
+    modules = [m for m in graph.modules if m.startswith(EXECUTION)]
+    pairs = sorted(
+        (a, b)
+        for a in modules
+        for b in graph.find_modules_directly_imported_by(a)
+        if b.startswith(EXECUTION) and a < b and a in graph.find_modules_directly_imported_by(b)
+    )
+    assert not pairs, pairs
+    # The host hands runs to nothing that calls it back: the runtime (which every run's
+    # enqueue goes through) never reaches the host, not even by way of another module.
+    assert not graph.chain_exists(f"{EXECUTION}.runtime", f"{EXECUTION}.host")
+    assert not graph.chain_exists(f"{EXECUTION}.loop.run", f"{EXECUTION}.host")
+
+
+def test_the_loop_s_phases_import_down_their_floors(graph):
+    floor_of = {name: i for i, floor in enumerate(LOOP_FLOORS) for name in floor}
+    loop = f"{EXECUTION}.loop."
+    climbs = sorted(
+        (module, imported)
+        for name, level in floor_of.items()
+        for module in [loop + name]
+        for imported in graph.find_modules_directly_imported_by(module)
+        if imported.startswith(loop) and floor_of[imported.removeprefix(loop)] <= level
+    )
+    assert not climbs, f"a phase imports its own floor or one above: {climbs}"
+
+
+def test_the_loop_is_functions_over_one_context():
+    """No mixins: the loop's only class with state is its context; the others are the
+    exceptions that end it."""
+    classes = {
+        (rel(path), node.name, tuple(ast.unparse(b) for b in node.bases))
+        for path in (ROOT / "runs_app" / "execution" / "loop").glob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef)
+    }
+    stateful = {name for _, name, bases in classes if not any("Exception" in b for b in bases)}
+    assert stateful == {"RunContext"}, classes
