@@ -24,6 +24,8 @@ from pathlib import Path
 import grimp
 import pytest
 
+from scripts import architecture
+
 ROOT = Path(__file__).resolve().parents[1]
 APPS = ("sessions_app", "runs_app", "quotas_app", "api", "config", "core", "workspace", "realtime")
 
@@ -528,3 +530,11 @@ def test_the_loop_is_functions_over_one_context():
     }
     stateful = {name for _, name, bases in classes if not any("Exception" in b for b in bases)}
     assert stateful == {"RunContext"}, classes
+
+
+def test_the_walk_goes_down_the_floors():
+    """docs/architecture.md's walk of a run's id (``scripts/architecture.py`` ``WALK``) is the
+    code's: every call an import, no callee reaching its caller back."""
+    assert architecture.walk_problems() == []
+    assert architecture.WALK[0][0] == "config.urls"
+    assert architecture.WALK[-1][0] == "sessions_app.consumers"
