@@ -55,7 +55,7 @@ from .stats import percentile, ratio
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TERMINAL = {"completed", "error", "cancelled"}
-# The last commit whose worker ran one run per prefork process (before runs_app/host.py).
+# The last commit whose worker ran one run per prefork process (before runs_app/execution/host.py).
 OLD_WORKER_COMMIT = "182882712a4c968a754c62745dde189de5378c25"
 OLD_WORKER_DIR = ROOT / "bench" / ".old-worker"
 

@@ -29,7 +29,7 @@ STREAM_FRAME_MAX_MS = float(os.environ.get("STREAM_FRAME_MAX_MS", "150"))
 STREAM_FLUSH_SECONDS = float(os.environ.get("STREAM_FLUSH_SECONDS", "0.5"))
 # At most this many parts' streamed text a write (the others at the next tick).
 STREAM_FLUSH_BATCH = int(os.environ.get("STREAM_FLUSH_BATCH", "100"))
-# The run host (runs_app/host.py): every live run of a process is a coroutine on one loop.
+# The run host (runs_app/execution/host.py): every live run of a process is a coroutine on one loop.
 # At most RUN_HOST_CAPACITY live runs a process (more wait for room; the broker hands them to
 # other workers); RUN_DB_THREADS threads (one database connection each) run their database
 # statements and git, RUN_TOOL_THREADS their file tools.
@@ -53,8 +53,9 @@ RUN_WAITS_PER_USER_MAX = int(os.environ.get("RUN_WAITS_PER_USER_MAX", "50"))
 RUN_WAIT_RECHECK_SECONDS = float(os.environ.get("RUN_WAIT_RECHECK_SECONDS", "5"))
 RUN_ADMISSIONS_AT_ONCE = int(os.environ.get("RUN_ADMISSIONS_AT_ONCE", "2"))
 # A worker asked to stop (SIGTERM) lets its live runs end for this long; those still running
-# then stop and go to other workers at once (runs_app/drain.py). Keep it under the stop timeout
-# of what runs the worker (systemd's TimeoutStopSec, compose's stop_grace_period: 10 s).
+# then stop and go to other workers at once (runs_app/execution/drain.py). Keep it under the
+# stop timeout of what runs the worker (systemd's TimeoutStopSec, compose's
+# stop_grace_period: 10 s).
 RUN_DRAIN_SECONDS = float(os.environ.get("RUN_DRAIN_SECONDS", "7"))
 # A run's task is stopped after this long (the soft limit ends the run in "error" first).
 RUN_TIME_LIMIT_SECONDS = int(os.environ.get("RUN_TIME_LIMIT_SECONDS", "3600"))

@@ -31,7 +31,7 @@ Every change of a run's ``status`` goes through ``move`` and the table ``MOVES``
 conditional UPDATE, refused with ``MoveNotAllowed`` for a pair the table does not hold
 (tests/test_structure.py: no other module writes ``status``). ``begin`` and ``end_abandoned``
 start a new lease epoch, ``finish``/``park`` are fenced by the epoch of the execution that
-calls them (runs_app/fencing.py): a worker that lost its run cannot end it.
+calls them (runs_app/execution/fencing.py): a worker that lost its run cannot end it.
 
 The engine runs steps between ``begin`` and ``finish``; services call ``admit``,
 ``restart`` and ``finish_unstarted``. Events and task enqueues leave after commit.

@@ -67,7 +67,7 @@ class Run(models.Model):
     task_id = models.CharField(max_length=64, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)
     # Incremented by every execution's ``lifecycle.begin``: each write of an execution is
-    # conditional on the epoch it began under (runs_app/fencing.py).
+    # conditional on the epoch it began under (runs_app/execution/fencing.py).
     lease_epoch = models.PositiveIntegerField(default=0)
     created_by = models.ForeignKey(
         "auth.User", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

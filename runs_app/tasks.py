@@ -39,5 +39,5 @@ def _start_sweeper(**kwargs) -> None:  # noqa: ANN003
 @worker_shutting_down.connect
 def _drain(how: str = "Warm", **kwargs) -> None:  # noqa: ANN003
     """Asked to stop: the live runs end here within ``RUN_DRAIN_SECONDS`` or go to other
-    workers at once (runs_app/drain.py); a cold shutdown does not wait for them."""
+    workers at once (runs_app/execution/drain.py); a cold shutdown does not wait for them."""
     drain(host, 0.0 if how == "Cold" else None)

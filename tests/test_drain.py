@@ -1,4 +1,4 @@
-"""A worker asked to stop (runs_app/drain.py): its live runs end there within
+"""A worker asked to stop (runs_app/execution/drain.py): its live runs end there within
 ``RUN_DRAIN_SECONDS``, or stop without writing and go to another worker at once, instead of
 waiting for their leases to lapse. The real path (a worker process and SIGTERM) is
 ``tests/e2e/test_worker_stop.py``."""

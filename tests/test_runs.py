@@ -250,8 +250,8 @@ def test_a_run_starts_and_ends_in_few_statements(owner, settings):
     with the run's mark of it, and publishes the session it locked at the end (not a fresh
     read of it). 22 statements before (and the cursor's fetches and close), 19 then; 21 since
     each of the run's two checkpoints is fenced by its lease epoch (one ``SELECT … FOR SHARE``
-    in its transaction, runs_app/fencing.py; the end fences itself in its UPDATE). ``begin``
-    decides under the session row lock (its first statement locks the row; the run is read
+    in its transaction, runs_app/execution/fencing.py; the end fences itself in its UPDATE).
+    ``begin`` decides under the session row lock (its first statement locks the row; the run is read
     after it), and keeps what it wrote instead of reading both rows again: as many
     statements as before, the session's row read twice, each time locked. 20 since the
     end writes the session's new head with its hand-over, in one UPDATE (two before)."""

@@ -25,7 +25,7 @@ class RunControl:
     session_id: str
     abort: threading.Event
     lost: threading.Event = field(default_factory=threading.Event)
-    # The lease epoch of this execution (runs_app/fencing.py).
+    # The lease epoch of this execution (runs_app/execution/fencing.py).
     epoch: int | None = None
     # When (``time.monotonic``) the lease was last known extended: set when the run began,
     # then by each renewal the keeper saw succeed. The keeper stops the run before

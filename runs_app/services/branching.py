@@ -3,8 +3,8 @@ transcript, on a branch of the conversation tree that starts there.
 
 The request only decides *where*: the cut K (snapped to a tool-safe index), the message the
 branch hangs from, and the files as they were there. The loop applies it when it starts
-(``AgentLoop.start_branch``), under the session's busy lock, so a queued continuation never
-moves the head or the files under a running run.
+(``execution/loop/start.py``, ``start_branch``), under the session's busy lock, so a queued
+continuation never moves the head or the files under a running run.
 """
 
 from __future__ import annotations

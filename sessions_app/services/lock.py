@@ -157,7 +157,7 @@ def renew(session_id: str, run_id: str) -> bool:
 def end_lease(session_id: str, run_id: str) -> bool:
     """End ``run_id``'s lease now, the session still its own (busy): the sweep, or the next
     delivery of the run, takes it over at once (a worker that stops hands its runs on:
-    runs_app/drain.py). False when the run does not hold the session."""
+    runs_app/execution/drain.py). False when the run does not hold the session."""
     return (
         Session.objects.filter(id=session_id, busy_run_id=run_id).update(
             lease_expires_at=timezone.now()

@@ -64,7 +64,7 @@ def base_env(**overrides: str | None) -> dict[str, str]:
         # A queue of this test's own: another suite on the same Redis cannot take its runs.
         CELERY_QUEUE=f"agentplat-e2e-{uuid.uuid4().hex[:12]}",
         # The end of a test stops its workers (SIGTERM): runs left going stop at once
-        # (runs_app/drain.py; tests/e2e/test_worker_stop.py sets its own).
+        # (runs_app/execution/drain.py; tests/e2e/test_worker_stop.py sets its own).
         RUN_DRAIN_SECONDS="0.5",
     )
     for key, value in overrides.items():

@@ -1,4 +1,4 @@
-"""A worker asked to stop (SIGTERM: a deploy) with runs in the middle (runs_app/drain.py).
+"""A worker asked to stop (SIGTERM: a deploy) with runs in the middle (runs_app/execution/drain.py).
 A run that ends within ``RUN_DRAIN_SECONDS`` ends there; one that goes on stops without
 writing and another worker takes it over at once — not after its lease lapses (here two
 minutes), as when a worker dies. Nothing it stored is lost, and the run completes."""
