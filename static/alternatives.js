@@ -1,19 +1,18 @@
-// Best-of-N in the chat (SEMANTICS 14.3). "Alternatives…" on a user message runs its turn
+// Best-of-N in the chat (docs/semantics.md §14.3). "Alternatives…" on a user message runs its turn
 // again N times at once, each in a fork with its own worktree (POST …/alternatives/); a view
 // shows them side by side while they stream (a socket per alternative), then each one's
 // changed files and cost; "Keep this one" makes it a branch of this session with its files
 // and the head (POST …/adopt/), and the chat reads its path again.
-import { call, currentSessionId, showError } from "./chat/api.js";
+import { call, showError } from "./chat/api.js";
 import { el } from "./chat/dom.js";
+import { alternativesState as alt, currentSessionId } from "./chat/store.js";
 import { scheduleReload } from "./chat/sync.js";
 
-const sockets = [];
-// The open "how many" form: {messageId, node}. The chat draws it inside its message (askNode),
+// The open "how many" form (`alt.asking`: {messageId, node}) is drawn by the chat inside its message (askNode),
 // so a render of that message, which rebuilds its children, keeps it.
-let asking = null;
 
 export function askNode(messageId) {
-  return asking && asking.messageId === messageId ? asking.node : null;
+  return alt.asking && alt.asking.messageId === messageId ? alt.asking.node : null;
 }
 
 export function initAlternatives() {
@@ -52,14 +51,14 @@ function ask(m) {
   }, "small");
   start.id = "alternatives-start";
   box.append(label, start, btn("Cancel", "Close", closeAsk));
-  asking = { messageId: m.id, node: box };
+  alt.asking = { messageId: m.id, node: box };
   document.querySelector(`[data-message-id="${m.id}"]`)?.append(box);
   n.focus();
 }
 
 function closeAsk() {
-  asking?.node.remove();
-  asking = null;
+  alt.asking?.node.remove();
+  alt.asking = null;
 }
 
 async function begin(m, n) {
@@ -75,7 +74,7 @@ async function begin(m, n) {
 }
 
 function close() {
-  for (const ws of sockets.splice(0)) ws.close();
+  for (const ws of alt.sockets.splice(0)) ws.close();
   document.getElementById("alternatives-view")?.remove();
   closeAsk();
 }
@@ -123,7 +122,7 @@ function column(id, number) {
   };
   const proto = location.protocol === "https:" ? "wss" : "ws";
   const ws = new WebSocket(`${proto}://${location.host}/ws/sessions/${id}/`);
-  sockets.push(ws);
+  alt.sockets.push(ws);
   let ended = false;
   ws.onmessage = (msg) => {
     const ev = JSON.parse(msg.data);

@@ -9,11 +9,7 @@
 // with this one (`other`: both heads, from the fork point).
 import { api, call } from "./chat/api.js";
 import { el } from "./chat/dom.js";
-
-let dialog = null;
-let shown = null; // {a, b, other} of what the dialog shows
-let options = []; // [{label, a, b, other?, names: [A's, B's]}] of the open dialog
-let mode = "unified"; // how a file's diff is drawn: "unified" | "split"
+import { compareState as cmp } from "./chat/store.js"; // the dialog, what it shows, the diff's mode
 
 export function compareButton(m, cls = "act compare-with") {
   const b = el("button", cls, cls.includes("nav") ? "⇄" : "Compare with…");
@@ -27,10 +23,10 @@ export function compareButton(m, cls = "act compare-with") {
 }
 
 function ensureDialog() {
-  if (dialog) return dialog;
-  dialog = el("dialog", "compare-dialog");
-  dialog.id = "compare";
-  dialog.setAttribute("aria-labelledby", "compare-title");
+  if (cmp.dialog) return cmp.dialog;
+  cmp.dialog = el("dialog", "compare-dialog");
+  cmp.dialog.id = "compare";
+  cmp.dialog.setAttribute("aria-labelledby", "compare-title");
   const head = el("div", "compare-head");
   const title = el("h2", "", "Compare");
   title.id = "compare-title";
@@ -39,20 +35,20 @@ function ensureDialog() {
   const select = el("select");
   select.id = "compare-other";
   pick.append("with ", select);
-  select.addEventListener("change", () => load(options[Number(select.value)]));
+  select.addEventListener("change", () => load(cmp.options[Number(select.value)]));
   const close = el("button", "secondary small", "Close");
   close.type = "button";
   close.setAttribute("aria-label", "Close the comparison");
-  close.addEventListener("click", () => dialog.close());
+  close.addEventListener("click", () => cmp.dialog.close());
   head.append(title, pick, close);
   const base = el("p", "muted compare-base");
   const sides = el("div", "compare-sides");
   const files = el("div", "compare-files");
   const diff = el("div", "compare-diff");
-  dialog.append(head, base, sides, files, diff);
-  dialog.addEventListener("click", (e) => { if (e.target === dialog) dialog.close(); });
-  document.body.append(dialog);
-  return dialog;
+  cmp.dialog.append(head, base, sides, files, diff);
+  cmp.dialog.addEventListener("click", (e) => { if (e.target === cmp.dialog) cmp.dialog.close(); });
+  document.body.append(cmp.dialog);
+  return cmp.dialog;
 }
 
 function newestLeaf(children, id) {
@@ -115,7 +111,7 @@ export async function openCompareWith(s) {
   const d = ensureDialog();
   const title = s.title || s.id;
   const kind = s.lineage_kind === "alternative" ? "alternative" : "session";
-  options = [{ label: title, a: null, b: null, other: s.id,
+  cmp.options = [{ label: title, a: null, b: null, other: s.id,
     names: ["this session", `${kind} “${title.length > 40 ? title.slice(0, 39) + "…" : title}”`] }];
   d.querySelector("#compare-other").replaceChildren();
   d.querySelector(".compare-pick").hidden = true;
@@ -124,7 +120,7 @@ export async function openCompareWith(s) {
   d.querySelector(".compare-diff").replaceChildren();
   d.querySelector(".compare-base").textContent = "";
   if (!d.open) d.showModal();
-  await load(options[0]);
+  await load(cmp.options[0]);
 }
 
 export async function openCompare(m) {
@@ -135,24 +131,24 @@ export async function openCompare(m) {
   d.querySelector(".compare-base").textContent = "";
   if (!d.open) d.showModal();
   try {
-    options = await choices(m);
+    cmp.options = await choices(m);
   } catch (err) {
     d.querySelector(".compare-sides").replaceChildren(el("p", "error", err.message));
     return;
   }
   const select = d.querySelector("#compare-other");
-  select.replaceChildren(...options.map((o, i) => {
+  select.replaceChildren(...cmp.options.map((o, i) => {
     const opt = el("option", "", o.label);
     opt.value = String(i);
     return opt;
   }));
-  select.parentElement.hidden = options.length < 2;
-  if (!options.length) {
+  select.parentElement.hidden = cmp.options.length < 2;
+  if (!cmp.options.length) {
     d.querySelector(".compare-sides").replaceChildren(
       el("p", "muted", "This is the newest message of the only branch: compare from an earlier message or a branch switcher ‹ n/m ›."));
     return;
   }
-  await load(options[0]);
+  await load(cmp.options[0]);
 }
 
 async function load({ a, b, other, names }) {
@@ -164,7 +160,7 @@ async function load({ a, b, other, names }) {
     d.querySelector(".compare-sides").replaceChildren(el("p", "error", err.message));
     return;
   }
-  shown = { a, b, other };
+  cmp.shown = { a, b, other };
   d.querySelector(".compare-base").textContent = data.base
     ? (other ? "From the fork point: both sessions share every message up to it."
       : "From their common ancestor: both sides share every message up to it.")
@@ -200,7 +196,8 @@ function message(m) {
     if (p.type === "tool") {
       const input = JSON.stringify(p.state?.input ?? {});
       const row = el("div", "tool", `⚙ ${p.tool} ${input.length > 120 ? input.slice(0, 119) + "…" : input}`);
-      // A step of a branch not shown in the chat can be taken onto the shown one (14.2).
+      // A step of a branch not shown in the chat can be taken onto the shown one
+      // (docs/semantics.md §14.2).
       if (!document.querySelector(`#messages [data-message-id="${m.id}"]`)) row.append(applyButton(p));
       box.append(row);
     }
@@ -236,22 +233,22 @@ async function showFile(path) {
   }
   let data;
   try {
-    data = await call("GET", api(`/compare/?${query(shown)}&file=${encodeURIComponent(path)}`));
+    data = await call("GET", api(`/compare/?${query(cmp.shown)}&file=${encodeURIComponent(path)}`));
   } catch (err) {
     box.replaceChildren(el("p", "error", err.message));
     return;
   }
   const head = el("div", "viewer-head");
-  const toggle = el("button", "secondary small compare-mode", mode === "unified" ? "Side by side" : "Unified");
+  const toggle = el("button", "secondary small compare-mode", cmp.mode === "unified" ? "Side by side" : "Unified");
   toggle.type = "button";
-  toggle.setAttribute("aria-label", mode === "unified" ? "Show the diff side by side" : "Show the diff unified");
-  toggle.addEventListener("click", () => { mode = mode === "unified" ? "split" : "unified"; draw(); });
+  toggle.setAttribute("aria-label", cmp.mode === "unified" ? "Show the diff side by side" : "Show the diff unified");
+  toggle.addEventListener("click", () => { cmp.mode = cmp.mode === "unified" ? "split" : "unified"; draw(); });
   head.append(el("code", "viewer-name", path), toggle);
   const body = el("div", "compare-diff-body");
   const draw = () => {
-    toggle.textContent = mode === "unified" ? "Side by side" : "Unified";
-    toggle.setAttribute("aria-label", mode === "unified" ? "Show the diff side by side" : "Show the diff unified");
-    body.replaceChildren(mode === "unified" ? unified(data.patch) : split(data.patch));
+    toggle.textContent = cmp.mode === "unified" ? "Side by side" : "Unified";
+    toggle.setAttribute("aria-label", cmp.mode === "unified" ? "Show the diff side by side" : "Show the diff unified");
+    body.replaceChildren(cmp.mode === "unified" ? unified(data.patch) : split(data.patch));
   };
   draw();
   box.replaceChildren(head, body);

@@ -4,6 +4,7 @@
 import { addBlame } from "./blame.js";
 import { api, call, showError } from "./chat/api.js";
 import { el, when } from "./chat/dom.js";
+import { shareState } from "./chat/store.js";
 
 function viewer(id) {
   // A viewer box: the name of what it shows, a Close button, and the content.
@@ -107,7 +108,7 @@ function spent(u) {
 }
 
 function usageBlock(usage) {
-  // GET …/usage/ (SEMANTICS 14.6): this session's own cost, what its history cost where it
+  // GET …/usage/ (docs/semantics.md §14.6): this session's own cost, what its history cost where it
   // was forked from (counted there, not here), and each branch's own.
   if (!usage) return null;
   const box = el("div", "lineage-usage");
@@ -247,18 +248,17 @@ function showShare(link) {
 // Each request about the link takes a number; an answer is shown only if no later request
 // was made meanwhile: a slow GET from the page's load must not bring back a link that a
 // click revoked after it.
-let shareSeq = 0;
 
 async function shareRequest(method, body) {
-  const mine = ++shareSeq;
+  const mine = ++shareState.seq;
   const link = await call(method, api("/share/"), body);
-  return { link, current: mine === shareSeq };
+  return { link, current: mine === shareState.seq };
 }
 
 export async function loadShare() {
-  const mine = ++shareSeq;
+  const mine = ++shareState.seq;
   const link = await call("GET", api("/share/")).catch(() => null);
-  if (mine === shareSeq) showShare(link);
+  if (mine === shareState.seq) showShare(link);
 }
 
 export function initShare() {

@@ -1,10 +1,11 @@
 // A session's repository on the chat page: where its files came from (the header's source
 // line), the clone's progress while it is "preparing" (session.prepare events; Cancel
-// deletes the session), and Push in the session menu. app.js hands it the session and the
-// events; everything else it does through the API.
+// deletes the session), and Push in the session menu. It hears of the session through the
+// store ("session") and is handed the clone's events (events.js); everything else it does
+// through the API.
+import { currentSessionId, repositoryState, subscribe } from "./chat/store.js";
+
 const $ = (id) => document.getElementById(id);
-let current = () => null; // the shown session's id (the sidebar switches it in place)
-let preparing = null; // the id of the session last shown "preparing"
 
 function csrf() {
   const m = document.cookie.match(/(?:^|; )csrftoken=([^;]+)/);
@@ -12,7 +13,7 @@ function csrf() {
 }
 
 async function call(method, path, body) {
-  const response = await fetch(`/api/sessions/${encodeURIComponent(current())}${path}`, {
+  const response = await fetch(`/api/sessions/${encodeURIComponent(currentSessionId())}${path}`, {
     method,
     credentials: "same-origin",
     headers: { "Content-Type": "application/json", "X-CSRFToken": csrf() },
@@ -23,7 +24,7 @@ async function call(method, path, body) {
   return { ok: response.ok, status: response.status, answer };
 }
 
-export function renderSource(session) {
+function renderSource(session) {
   const source = session.source || { type: "empty" };
   const line = $("source");
   if (!line) return;
@@ -46,8 +47,8 @@ export function renderSource(session) {
   const now = session.status === "preparing";
   $("prepare-bar").hidden = !now;
   // The clone is done: show its message and files whole.
-  if (preparing === session.id && !now) window.location.reload();
-  preparing = now ? session.id : null;
+  if (repositoryState.preparing === session.id && !now) window.location.reload();
+  repositoryState.preparing = now ? session.id : null; // the session last shown "preparing"
 }
 
 export function showPrepare(ev) {
@@ -68,8 +69,8 @@ async function loadCredentials() {
   for (const row of rows) select.append(new Option(`${row.name} (${row.host}:${row.port})`, row.id));
 }
 
-export function initRepository(currentId) {
-  current = currentId;
+export function initRepository() {
+  subscribe("session", (session) => { if (session) renderSource(session); });
   $("prepare-cancel")?.addEventListener("click", async () => {
     if (!window.confirm("Cancel the clone and delete this session?")) return;
     const done = await call("DELETE", "/");

@@ -1,10 +1,11 @@
-// Rewind modes (SEMANTICS 14.5). The "↺ revert to here" button reverts the conversation and
-// the files, as it always did; the ▾ beside it opens a small menu of the three modes:
+// Rewind modes (docs/semantics.md §14.5). The "↺ revert to here" button reverts the conversation
+// and the files, as it always did; the ▾ beside it opens a small menu of the three modes:
 // conversation and files, conversation only (the files stay), files only (the conversation
 // stays). A files-only rewind leaves no pending revert: a bar says what happened and offers
 // Undo (POST …/unrevert/ puts the files back while nothing else happened since).
 import { api, call, showError } from "./chat/api.js";
 import { el } from "./chat/dom.js";
+import { rewindState } from "./chat/store.js"; // `openMenu`: the menu shown, if any (one at a time)
 
 export const MODES = [
   ["both", "Conversation and files", "Revert the conversation and the files to this point"],
@@ -12,21 +13,19 @@ export const MODES = [
   ["files", "Files only", "Put the files back as they were at this point; the conversation stays"],
 ];
 
-let openMenu = null; // the menu shown, if any (one at a time)
-
 function closeMenu() {
-  if (!openMenu) return;
-  openMenu.menu.hidden = true;
-  openMenu.toggle.setAttribute("aria-expanded", "false");
-  openMenu = null;
+  if (!rewindState.openMenu) return;
+  rewindState.openMenu.menu.hidden = true;
+  rewindState.openMenu.toggle.setAttribute("aria-expanded", "false");
+  rewindState.openMenu = null;
 }
 
 document.addEventListener("click", (e) => {
-  if (openMenu && !openMenu.box.contains(e.target)) closeMenu();
+  if (rewindState.openMenu && !rewindState.openMenu.box.contains(e.target)) closeMenu();
 });
 document.addEventListener("keydown", (e) => {
-  if (e.key !== "Escape" || !openMenu) return;
-  const { toggle } = openMenu;
+  if (e.key !== "Escape" || !rewindState.openMenu) return;
+  const { toggle } = rewindState.openMenu;
   closeMenu();
   toggle.focus();
 });
@@ -56,12 +55,12 @@ export function withRewindModes(revert, pick, key = "") {
   }
   toggle.addEventListener("click", (e) => {
     e.stopPropagation();
-    const shown = openMenu && openMenu.menu === menu;
+    const shown = rewindState.openMenu && rewindState.openMenu.menu === menu;
     closeMenu();
     if (shown) return;
     menu.hidden = false;
     toggle.setAttribute("aria-expanded", "true");
-    openMenu = { box, menu, toggle, key };
+    rewindState.openMenu = { box, menu, toggle, key };
     menu.querySelector("button").focus();
   });
   menu.addEventListener("keydown", (e) => {
@@ -72,10 +71,10 @@ export function withRewindModes(revert, pick, key = "") {
     items[(at + (e.key === "ArrowDown" ? 1 : items.length - 1)) % items.length].focus();
   });
   box.append(revert, toggle, menu);
-  if (key && openMenu && openMenu.key === key) {
+  if (key && rewindState.openMenu && rewindState.openMenu.key === key) {
     menu.hidden = false;
     toggle.setAttribute("aria-expanded", "true");
-    openMenu = { box, menu, toggle, key };
+    rewindState.openMenu = { box, menu, toggle, key };
   }
   return box;
 }

@@ -1,23 +1,22 @@
 // The session list beside the chat: search, a new session, and switching sessions in place
-// (the chat swaps its socket and state; the page is not reloaded).
+// (the chat swaps its socket and state; the page is not reloaded: the sidebar asks for it
+// through the store's "open-session", which socket.js hears).
+import { call, showError } from "./chat/api.js";
 import { el } from "./chat/dom.js";
+import { currentSessionId, emit, sidebarState } from "./chat/store.js";
 import { closeDrawers } from "./drawers.js";
-
-let app = null; // {call, showError, open(id), current()}
-let searchTimer = null;
-let asked = 0;
 
 async function load() {
   const q = document.getElementById("sidebar-search").value.trim();
-  const mine = ++asked;
+  const mine = ++sidebarState.asked;
   let page;
   try {
-    page = await app.call("GET", `/api/sessions/?limit=50${q ? `&q=${encodeURIComponent(q)}` : ""}`);
+    page = await call("GET", `/api/sessions/?limit=50${q ? `&q=${encodeURIComponent(q)}` : ""}`);
   } catch (err) {
-    app.showError(err.message);
+    showError(err.message);
     return;
   }
-  if (mine !== asked) return; // a newer search answered first
+  if (mine !== sidebarState.asked) return; // a newer search answered first
   const ul = document.getElementById("sidebar-list");
   ul.replaceChildren(...page.results.map((s) => {
     const li = el("li");
@@ -29,13 +28,13 @@ async function load() {
       if (e.ctrlKey || e.metaKey || e.shiftKey || e.button !== 0) return; // a new tab: as a link
       e.preventDefault();
       closeDrawers();
-      app.open(s.id);
+      emit("open-session", s.id);
     });
     li.append(a);
     return li;
   }));
   if (!page.results.length) ul.replaceChildren(el("li", "muted", q ? `No session matches “${q}”.` : "No sessions yet."));
-  markCurrent(app.current());
+  markCurrent(currentSessionId());
 }
 
 export function markCurrent(id) {
@@ -45,20 +44,19 @@ export function markCurrent(id) {
   }
 }
 
-export function initSidebar(options) {
-  app = options;
+export function initSidebar() {
   document.getElementById("sidebar-search").addEventListener("input", () => {
-    clearTimeout(searchTimer);
-    searchTimer = setTimeout(load, 200);
+    clearTimeout(sidebarState.searchTimer);
+    sidebarState.searchTimer = setTimeout(load, 200);
   });
   document.getElementById("sidebar-new").addEventListener("click", async () => {
-    app.showError("");
+    showError("");
     try {
-      const made = await app.call("POST", "/api/sessions/", { title: "New session" });
+      const made = await call("POST", "/api/sessions/", { title: "New session" });
       document.getElementById("sidebar-search").value = "";
       await load();
-      app.open(made.id);
-    } catch (err) { app.showError(err.message); }
+      emit("open-session", made.id);
+    } catch (err) { showError(err.message); }
   });
   load();
 }

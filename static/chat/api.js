@@ -1,27 +1,12 @@
-// The chat's calls to the API: which session they address (the sidebar switches it in place),
-// the request with its CSRF token, what an answer or its absence means, the first reads that
-// static/early.js asked ahead, and the error line under the conversation.
+// The chat's calls to the API: which session they address (the store's: the sidebar switches
+// it in place), the request with its CSRF token, what an answer or its absence means (no
+// answer at all: "unreachable", which socket.js hears), the first reads that static/early.js
+// asked ahead, and the lines under the conversation (the error, a passing notice).
 import { when } from "./dom.js";
-
-let sessionId = null; // the session the chat shows
-
-export function currentSessionId() {
-  return sessionId;
-}
-
-export function setSessionId(id) {
-  sessionId = id;
-}
+import { apiState, currentSessionId, emit } from "./store.js";
 
 export function api(path) {
-  return `/api/sessions/${sessionId}${path}`;
-}
-
-// What to do when a request gets no answer at all (socket.js: suspect the socket).
-let onUnreachable = () => {};
-
-export function whenUnreachable(fn) {
-  onUnreachable = fn;
+  return `/api/sessions/${currentSessionId()}${path}`;
 }
 
 function csrf() {
@@ -48,7 +33,7 @@ export function firstRead(kind, otherwise) {
   // The chat's first reads were asked by static/early.js while the modules loaded: their
   // answers serve the first start() of that session, once; anything else asks anew.
   const early = window.__firstRead;
-  const pending = early && early.sid === sessionId ? early[kind] : null;
+  const pending = early && early.sid === currentSessionId() ? early[kind] : null;
   if (!pending) return otherwise();
   early[kind] = null;
   return answer(pending);
@@ -61,7 +46,7 @@ async function answer(pending) {
   } catch {
     // No answer at all (the browser says only "Failed to fetch"): the socket may not have
     // noticed yet (a dropped network keeps it "open" for minutes), so it is tried again.
-    onUnreachable();
+    emit("unreachable");
     throw new Error(UNREACHABLE);
   }
   const data = res.status === 204 ? null : await res.json().catch(() => null);
@@ -80,4 +65,13 @@ export function showError(text) {
   const box = document.getElementById("error");
   box.textContent = text || "";
   box.hidden = !text;
+}
+
+export function notice(text) {
+  // A passing word (a regenerate that came out the same): shown a few seconds.
+  const box = document.getElementById("notice");
+  box.textContent = text;
+  box.hidden = !text;
+  clearTimeout(apiState.noticeTimer);
+  if (text) apiState.noticeTimer = setTimeout(() => { box.hidden = true; }, 6000);
 }

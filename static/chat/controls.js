@@ -1,32 +1,19 @@
 // The chat's controls outside the messages: the composer (send, queue behind a run, interrupt,
 // stop, resume), the status badge, the head (title, model picker, export links), the session
 // menu (roll back, fork, compact, tool permissions) and the remaining budget.
-import { api, call, showError, UNREACHABLE } from "./api.js";
+import { api, call, notice, showError, UNREACHABLE } from "./api.js";
 import { el, when } from "./dom.js";
 import {
-  LIVE, currentSession, currentStatus, isOffline, lastTurnUnfinished, setStatus,
+  LIVE, continuingFrom, controlState as cs, currentSession, currentStatus, forgetRevertPrompt,
+  isOffline, lastTurnUnfinished, redraw, scrollToEndNext, setSession, subscribe,
 } from "./store.js";
-import { render, scrollToEndNext, showSession } from "./render.js";
-import { continuingFrom, forgetRevertPrompt, forkAt, stopContinuing } from "./moves.js";
 import { loadMessages, loadTree } from "./sync.js";
+import { forkAt, stopContinuing } from "./moves.js";
 
 export const NOT_SENT = "You are offline: the message was not sent. It stays in the box; send it again once the chat has reconnected.";
 
-export function notice(text) {
-  // A passing word (a regenerate that came out the same): shown a few seconds.
-  const box = document.getElementById("notice");
-  box.textContent = text;
-  box.hidden = !text;
-  clearTimeout(notice.timer);
-  if (text) notice.timer = setTimeout(() => { box.hidden = true; }, 6000);
-}
-
 // -- the status ------------------------------------------------------------------------------
-export function showStatus(status) {
-  setStatus(status);
-  showBadge();
-  updateControls();
-}
+// The store's "status" (the status was set) draws the badge and the controls (initControls).
 
 export function showBadge() {
   const badge = document.getElementById("status");
@@ -60,15 +47,14 @@ export function updateControls() {
 }
 
 // -- the composer ----------------------------------------------------------------------------
-let sending = false; // a send is under way: Enter pressed twice sends once
 
 async function sendPrompt(strategy) {
   const input = document.getElementById("prompt");
   const text = input.value.trim();
-  if (!text || sending) return;
+  if (!text || cs.sending) return;
   if (isOffline()) return showError(NOT_SENT);
   showError("");
-  sending = true;
+  cs.sending = true;
   try {
     const from = continuingFrom();
     if (from) {
@@ -88,7 +74,7 @@ async function sendPrompt(strategy) {
     showError(err.message === UNREACHABLE ? NOT_SENT : err.message);
     loadBudget();
   } finally {
-    sending = false;
+    cs.sending = false;
     input.focus();
   }
 }
@@ -104,16 +90,14 @@ export function focusPrompt() {
 
 // Messages queued behind the run that holds the session: said under the box until their run
 // starts (or is cancelled here).
-const queued = new Map(); // run id -> text
-
 function showQueued(runId, text) {
-  if (runId) queued.set(runId, text);
+  if (runId) cs.queued.set(runId, text);
   const box = document.getElementById("queued");
-  box.hidden = !queued.size;
-  if (!queued.size) { box.replaceChildren(); return; }
-  const [first, words] = queued.entries().next().value; // the oldest: the next to run
+  box.hidden = !cs.queued.size;
+  if (!cs.queued.size) { box.replaceChildren(); return; }
+  const [first, words] = cs.queued.entries().next().value; // the oldest: the next to run
   const short = words.replace(/\s+/g, " ");
-  const more = queued.size > 1 ? ` (and ${queued.size - 1} more)` : "";
+  const more = cs.queued.size > 1 ? ` (and ${cs.queued.size - 1} more)` : "";
   const cancel = el("button", "secondary small", "Cancel");
   cancel.type = "button";
   cancel.setAttribute("aria-label", "Cancel the queued message");
@@ -121,7 +105,7 @@ function showQueued(runId, text) {
     showError("");
     try {
       await call("POST", `/api/runs/${first}/cancel/`, {});
-      queued.delete(first);
+      cs.queued.delete(first);
       showQueued();
     } catch (err) { showError(err.message); }
   });
@@ -132,11 +116,11 @@ function showQueued(runId, text) {
 }
 
 export function unqueue(runId) {
-  if (queued.delete(runId)) showQueued();
+  if (cs.queued.delete(runId)) showQueued();
 }
 
 export function forgetQueued() {
-  queued.clear();
+  cs.queued.clear();
   showQueued();
 }
 
@@ -151,14 +135,12 @@ export function showTitle() {
   for (const a of document.querySelectorAll("a.download")) a.href = api(a.dataset.path);
 }
 
-let modelChoices = null;
-
 export async function renderModelPicker() {
   const pick = document.getElementById("model-picker");
   if (!pick || !currentSession()) return;
-  if (!modelChoices) modelChoices = (await call("GET", "/api/models/")).results.map((m) => m.name);
+  if (!cs.modelChoices) cs.modelChoices = (await call("GET", "/api/models/")).results.map((m) => m.name);
   const session = currentSession(); // as it is now (an event may have changed it meanwhile)
-  const names = modelChoices.includes(session.model) ? modelChoices : [session.model, ...modelChoices];
+  const names = cs.modelChoices.includes(session.model) ? cs.modelChoices : [session.model, ...cs.modelChoices];
   pick.replaceChildren(...names.map((name) => {
     const o = el("option", "", name);
     o.value = name;
@@ -172,20 +154,19 @@ async function rollback() {
   document.getElementById("session-menu").open = false;
   showError("");
   try {
-    showSession(await call("POST", api("/rollback/"), { num_turns: Number.isNaN(n) ? 0 : n }));
+    setSession(await call("POST", api("/rollback/"), { num_turns: Number.isNaN(n) ? 0 : n }));
     await loadMessages(false);
     await loadTree();
-    render();
+    redraw();
   } catch (err) { showError(err.message); }
 }
 
 const PERMISSION_TOOLS = ["write", "append", "delete", "shell", "read", "list", "wait"];
-const toolsOff = new Map(); // tool -> why the deployment disables it (GET /api/tools/)
 
 export async function loadTools() {
   const tools = await call("GET", "/api/tools/").catch(() => null);
-  toolsOff.clear();
-  for (const t of tools?.results || []) if (!t.available) toolsOff.set(t.name, t.reason || "off");
+  cs.toolsOff.clear();
+  for (const t of tools?.results || []) if (!t.available) cs.toolsOff.set(t.name, t.reason || "off");
   renderPermissions();
 }
 
@@ -203,7 +184,7 @@ export function renderPermissions() {
     const pick = el("select");
     pick.setAttribute("aria-label", `Permission for ${tool}`);
     pick.dataset.tool = tool;
-    const off = toolsOff.get(tool);
+    const off = cs.toolsOff.get(tool);
     if (off) {
       // Disabled by the deployment: no rule can turn it on, and the menu says so.
       const o = el("option", "", "off");
@@ -235,7 +216,7 @@ async function setPermission(tool, value) {
   showError("");
   try {
     const rules = { ...(currentSession().permissions || {}), [tool]: value };
-    showSession(await call("PATCH", api("/"), { permissions: rules }));
+    setSession(await call("PATCH", api("/"), { permissions: rules }));
     renderPermissions();
   } catch (err) { showError(err.message); }
 }
@@ -275,6 +256,10 @@ export async function loadBudget() {
 
 // -- the listeners -----------------------------------------------------------------------------
 export function initControls() {
+  subscribe("status", () => {
+    showBadge();
+    updateControls();
+  });
   document.getElementById("composer").addEventListener("submit", (e) => {
     e.preventDefault();
     sendPrompt(LIVE.includes(currentStatus()) ? "enqueue" : undefined);
@@ -285,7 +270,7 @@ export function initControls() {
   document.getElementById("model-picker").addEventListener("change", async (e) => {
     showError("");
     try {
-      showSession(await call("PATCH", api("/"), { model: e.target.value }));
+      setSession(await call("PATCH", api("/"), { model: e.target.value }));
     } catch (err) {
       showError(err.message);
       renderModelPicker();

@@ -2,22 +2,23 @@
 // offset, so text is neither lost nor doubled: a delta that starts past what we have is a gap
 // (text not yet fetched) and triggers a refetch; one that ends before it is a duplicate and is
 // dropped. A delta only grows its message: the render after it looks at that message alone.
+import { loadChanges, loadFiles, loadLineage } from "../panels.js";
+import { showPrepare } from "../repository.js";
 import { showError } from "./api.js";
 import {
-  applyDelta, applyToolOutput, currentSession, getMessage, hasMessage, pathIds, removeMessage,
-  removePart, setSessionStatus, upsertMessage, upsertPart,
+  applyDelta, applyToolOutput, currentSession, eventState, getMessage, hasMessage, pathIds,
+  redraw, removeMessage, removePart, setSession, setSessionStatus, setStatus, upsertMessage,
+  upsertPart,
 } from "./store.js";
-import { render, renderStream, showSession } from "./render.js";
 import {
   leftOutByReload, noteSeq, refreshTree, scheduleRefetch, scheduleReload,
   scheduleResync,
 } from "./sync.js";
-import { loadBudget, renderModelPicker, renderPermissions, showStatus, unqueue } from "./controls.js";
 import { clearRevertPrompt, isRegenerating, regenerateOutcome } from "./moves.js";
-import { loadChanges, loadFiles, loadLineage } from "../panels.js";
-import { showPrepare } from "../repository.js";
+import { loadBudget, renderModelPicker, renderPermissions, unqueue } from "./controls.js";
+import { renderStream } from "./render.js";
 
-const endedRuns = new Set(); // runs whose end this tab saw (their late "busy" is stale)
+const { endedRuns } = eventState; // runs whose end this tab saw (their late "busy" is stale)
 const ENDED_KEPT = 100;
 
 export function handle(ev) {
@@ -54,7 +55,7 @@ export function handle(ev) {
       // process first): a run known ended holds nothing.
       if (ev.status !== "idle" && endedRuns.has(ev.run_id)) break;
       setSessionStatus(ev.status);
-      showStatus(ev.status);
+      setStatus(ev.status);
       break;
     case "session.prepare": showPrepare(ev); break;
     case "session.diff": loadFiles(); loadChanges(); break;
@@ -62,7 +63,7 @@ export function handle(ev) {
     case "run.updated": runUpdated(ev); break;
     default: return;
   }
-  render();
+  redraw();
 }
 
 function grew(outcome) {
@@ -78,11 +79,11 @@ function sessionUpdated(ev) {
   if (olderThan(ev.session, session)) return;
   const moved = !session || session.head_message_id !== ev.session.head_message_id;
   const hadRevert = session?.revert;
-  showSession(ev.session);
+  setSession(ev.session);
   if (hadRevert && !ev.session.revert) clearRevertPrompt();
   renderPermissions();
   renderModelPicker();
-  if (ev.session.status === "idle" || !endedRuns.has(ev.session.busy_run_id)) showStatus(ev.session.status);
+  if (ev.session.status === "idle" || !endedRuns.has(ev.session.busy_run_id)) setStatus(ev.session.status);
   const head = ev.session.head_message_id;
   const order = pathIds();
   if (moved && (!order.includes(head) || order[order.length - 1] !== head)) {

@@ -6,38 +6,20 @@ import { compareButton } from "../compare.js";
 import { loadChanges, loadFiles } from "../panels.js";
 import { hideFilesRewound, showFilesRewound, withRewindModes } from "../rewind.js";
 import { roving, rovingRefresh } from "../roving.js";
-import { api, call, showError } from "./api.js";
+import { api, call, notice, showError } from "./api.js";
 import { button, el } from "./dom.js";
 import {
   checkpointOf, childrenOf, currentSession, currentStatus, getMessage, getPart, lastAnswerId,
-  onForget, pathIds, textOf,
+  moveState as mv, pathIds, redraw, setSession, subscribe, textOf,
 } from "./store.js";
-import { render, showSession } from "./render.js";
 import { loadMessages, loadTree, pathMoving } from "./sync.js";
-import { notice } from "./controls.js";
 
-let continueFrom = null; // {run_id, index, message_id} while "continue from here" is armed
-const editing = new Map(); // user message id -> the text being edited
-let revertPrompt = null; // what a revert put into the prompt box (an unrevert takes it out)
-let regenerating = null; // {runId, before: text} while a regenerate is asked for
+export function isEditing(id) { return mv.editing.has(id); }
+export function isRegenerating() { return mv.regenerating !== null; }
 
-export function isEditing(id) { return editing.has(id); }
-export function continuingFrom() { return continueFrom; }
-export function isRegenerating() { return regenerating !== null; }
-
-export function forgetMoves() {
-  // Another session opens in place: no move of this one stays armed.
-  continueFrom = null;
-  editing.clear();
-  revertPrompt = null;
-}
-
-export function forgetRevertPrompt() {
-  revertPrompt = null; // the prompt was sent: it confirmed the revert
-}
-
+// The drawn bars, a cache of this module's (the store's "forget" empties it with the messages).
 const actionBars = new Map(); // message id -> {bar, navKey, nav, moves, nodes}: kept for the message
-onForget((kind, id) => {
+subscribe("forget", (kind, id) => {
   if (kind === "all") actionBars.clear();
   else if (kind === "message") actionBars.delete(id);
 });
@@ -98,7 +80,7 @@ function movesOf(m, isLastAnswer) {
   const point = checkpointOf(m.id);
   const idle = currentStatus() !== "busy" && currentStatus() !== "waiting";
   const out = [];
-  if (m.role === "user" && point && idle && !editing.has(m.id)) {
+  if (m.role === "user" && point && idle && !mv.editing.has(m.id)) {
     out.push(["edit", () => button("Edit", "Edit", () => startEdit(getMessage(m.id) || m), "act edit")]);
   }
   if (m.role === "user" && point && idle && !m.partIds.some((id) => getPart(id)?.source)) {
@@ -136,10 +118,8 @@ function place(box, nodes) {
   while (box.children.length > nodes.length) box.lastElementChild.remove();
 }
 
-let promptEdits = 0; // the reader's edits of the prompt box so far
-
 export function initMoves() {
-  document.getElementById("prompt").addEventListener("input", () => { promptEdits++; });
+  document.getElementById("prompt").addEventListener("input", () => { mv.promptEdits++; });
   // On a touch screen (no hover), a tap on a bubble shows its moves; a tap elsewhere hides them.
   document.getElementById("messages").addEventListener("click", (e) => {
     if (e.target.closest("button, a, input, textarea, summary, select")) return;
@@ -151,8 +131,8 @@ export function initMoves() {
 
 // -- edit and resend -----------------------------------------------------------------------
 function startEdit(m) {
-  editing.set(m.id, textOf(m));
-  render();
+  mv.editing.set(m.id, textOf(m));
+  redraw();
   requestAnimationFrame(() => {
     const box = document.querySelector(`[data-message-id="${m.id}"] textarea.edit-text`);
     if (box) { box.focus(); box.setSelectionRange(box.value.length, box.value.length); }
@@ -162,19 +142,19 @@ function startEdit(m) {
 export function editForm(m) {
   const form = el("form", "edit-form");
   const text = el("textarea", "edit-text");
-  text.rows = Math.min(12, Math.max(2, (editing.get(m.id) || "").split("\n").length));
-  text.value = editing.get(m.id) || "";
+  text.rows = Math.min(12, Math.max(2, (mv.editing.get(m.id) || "").split("\n").length));
+  text.value = mv.editing.get(m.id) || "";
   text.setAttribute("aria-label", "Edited message");
-  text.addEventListener("input", () => editing.set(m.id, text.value));
+  text.addEventListener("input", () => mv.editing.set(m.id, text.value));
   text.addEventListener("keydown", (e) => {
     if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) form.requestSubmit();
-    if (e.key === "Escape") { editing.delete(m.id); render(); }
+    if (e.key === "Escape") { mv.editing.delete(m.id); redraw(); }
   });
   const row = el("div", "row");
   const send = el("button", "", "Send");
   send.type = "submit";
   send.setAttribute("aria-label", "Send the edited message");
-  row.append(send, button("Cancel", "Cancel the edit", () => { editing.delete(m.id); render(); }, "secondary"));
+  row.append(send, button("Cancel", "Cancel the edit", () => { mv.editing.delete(m.id); redraw(); }, "secondary"));
   form.append(text, el("p", "muted", "Sending starts a new branch from here; this one stays (‹ ›)."), row);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
@@ -187,8 +167,8 @@ export function editForm(m) {
       // The edited text hangs from the message's parent: the run's transcript up to just
       // before it (a user message is one entry), the files put back as they were there.
       await call("POST", `/api/runs/${point.run_id}/continue/`, { continue_from: point.index - 1, input: value });
-      editing.delete(m.id);
-      render();
+      mv.editing.delete(m.id);
+      redraw();
     } catch (err) { showError(err.message); }
   });
   return form;
@@ -214,10 +194,10 @@ async function switchHead(messageId) {
   showError("");
   pathMoving(); // what is read of the old path from now on answers too late
   try {
-    showSession(await call("POST", api("/head/"), { message_id: messageId }));
+    setSession(await call("POST", api("/head/"), { message_id: messageId }));
     await loadMessages(false);
     await loadTree();
-    render();
+    redraw();
     loadFiles();
     loadChanges();
   } catch (err) { showError(err.message); }
@@ -232,23 +212,23 @@ export async function forkAt(messageId) {
 }
 
 function armContinue(point, messageId) {
-  continueFrom = { run_id: point.run_id, index: point.index, message_id: messageId };
+  mv.continueFrom = { run_id: point.run_id, index: point.index, message_id: messageId };
   renderContinueBar();
   document.getElementById("prompt").focus();
 }
 
 export function stopContinuing() {
-  continueFrom = null;
+  mv.continueFrom = null;
   renderContinueBar();
 }
 
 export function renderContinueBar() {
   const bar = document.getElementById("continue-bar");
-  bar.hidden = !continueFrom;
-  if (!continueFrom) { bar.dataset.key = ""; return; }
-  if (bar.dataset.key === continueFrom.message_id) return;
-  bar.dataset.key = continueFrom.message_id;
-  const m = getMessage(continueFrom.message_id);
+  bar.hidden = !mv.continueFrom;
+  if (!mv.continueFrom) { bar.dataset.key = ""; return; }
+  if (bar.dataset.key === mv.continueFrom.message_id) return;
+  bar.dataset.key = mv.continueFrom.message_id;
+  const m = getMessage(mv.continueFrom.message_id);
   let text = textOf(m).replace(/\s+/g, " ").trim();
   if (!text && m) {
     const tool = m.partIds.map((id) => getPart(id)).find((p) => p && p.type === "tool");
@@ -265,11 +245,11 @@ export function renderContinueBar() {
 async function regenerate(runId, messageId) {
   showError("");
   notice("Regenerating…");
-  regenerating = { runId, before: textOf(getMessage(messageId)) };
+  mv.regenerating = { runId, before: textOf(getMessage(messageId)) };
   try {
     await call("POST", `/api/runs/${runId}/regenerate/`, {});
   } catch (err) {
-    regenerating = null;
+    mv.regenerating = null;
     notice("");
     showError(err.message);
   }
@@ -279,10 +259,10 @@ export function regenerateOutcome(runId) {
   // Say what came of it: a new answer equal to the old one would otherwise look like nothing.
   // The switcher ‹ › is named only where it is shown (the earlier answer is kept beside the
   // new one); a regenerate that replaces the answer has none.
-  if (!regenerating) return;
+  if (!mv.regenerating) return;
   const now = textOf(getMessage(lastAnswerId()));
-  const same = now === regenerating.before;
-  regenerating = null;
+  const same = now === mv.regenerating.before;
+  mv.regenerating = null;
   const first = getMessage(pathIds().find((id) => getMessage(id)?.run_id === runId));
   const both = childrenOf(first?.parent_id).length > 1;
   if (same) notice(`Regenerated: the same answer again${both ? " (‹ › switches between the two)" : ""}.`);
@@ -303,29 +283,29 @@ async function doRevert(messageId, partId, mode = "both") {
   showError("");
   // The session's event (and with it the revert bar) can come before this answer: what the
   // reader typed (or sent) meanwhile is theirs, not to be replaced by the reverted prompt.
-  const typed = promptEdits;
+  const typed = mv.promptEdits;
   try {
     const body = { message_id: messageId };
     if (partId) body.part_id = partId;
     if (mode !== "both") body.mode = mode; // conversation | files (rewind.js)
-    showSession(await call("POST", api("/revert/"), body));
+    setSession(await call("POST", api("/revert/"), body));
     hideFilesRewound();
     if (mode === "files") {
       // The conversation stays; the files went back. Undo is an unrevert (rewind.js).
-      showFilesRewound(currentSession(), { onUndone: (next) => { showSession(next); render(); loadFiles(); loadChanges(); } });
-      render();
+      showFilesRewound(currentSession(), { onUndone: (next) => { setSession(next); redraw(); loadFiles(); loadChanges(); } });
+      redraw();
       loadFiles();
       loadChanges();
       return;
     }
     const session = currentSession();
     const boundary = getMessage(session.revert.message_id);
-    if (boundary && boundary.role === "user" && !session.revert.part_id && promptEdits === typed) {
+    if (boundary && boundary.role === "user" && !session.revert.part_id && mv.promptEdits === typed) {
       // Sending it again confirms the revert; an unrevert takes it out again.
-      revertPrompt = textOf(boundary);
-      document.getElementById("prompt").value = revertPrompt;
+      mv.revertPrompt = textOf(boundary);
+      document.getElementById("prompt").value = mv.revertPrompt;
     }
-    render();
+    redraw();
     loadFiles();
     loadChanges();
   } catch (err) { showError(err.message); }
@@ -333,18 +313,18 @@ async function doRevert(messageId, partId, mode = "both") {
 
 export function clearRevertPrompt() {
   const prompt = document.getElementById("prompt");
-  if (revertPrompt !== null && prompt.value === revertPrompt) prompt.value = "";
-  revertPrompt = null;
+  if (mv.revertPrompt !== null && prompt.value === mv.revertPrompt) prompt.value = "";
+  mv.revertPrompt = null;
 }
 
 async function revertMove(path) {
   showError("");
   try {
-    showSession(await call("POST", api(path), {}));
+    setSession(await call("POST", api(path), {}));
     if (path === "/unrevert/") clearRevertPrompt();
-    else revertPrompt = null;
+    else mv.revertPrompt = null;
     if (path === "/cleanup/") await loadMessages(false);
-    render();
+    redraw();
     loadFiles();
     loadChanges();
   } catch (err) { showError(err.message); }

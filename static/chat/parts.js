@@ -6,17 +6,17 @@ import { renderInto } from "../markdown.js";
 import { roving } from "../roving.js";
 import { call, showError } from "./api.js";
 import { button, el } from "./dom.js";
-import { currentStatus, getMessage, onForget } from "./store.js";
-import { revertButton } from "./moves.js";
+import { currentStatus, getMessage, partState, subscribe } from "./store.js";
 import { showWholePart } from "./sync.js";
+import { revertButton } from "./moves.js";
 
+// The drawn parts, a cache of this module's (the store's "forget" empties it with the parts).
 const partNodes = new Map(); // part id -> {key, node}
-onForget((kind, id) => {
+subscribe("forget", (kind, id) => {
   if (kind === "all") partNodes.clear();
   else if (kind === "part") partNodes.delete(id);
 });
-const openTools = new Set(); // tool cards the user opened (kept across renders)
-const denyReasons = new Map(); // part id -> the reason being typed (kept across renders)
+const { openTools, denyReasons } = partState; // what the reader opened, typed (kept across renders)
 
 export function partNode(p, m, dimmed) {
   const key = `${p.v}|${dimmed}|${p.type === "tool" ? currentStatus() : ""}`;

@@ -3,64 +3,49 @@
 // their look depends on, changed, and a streaming text part grows in place (parts.js). Only
 // the newest messages are kept: older ones are dropped (while the reader is at the bottom) and
 // come back a page at a time when the reader scrolls up, so a long session costs the same as
-// a short one.
-import { showError } from "./api.js";
+// a short one. Whoever changed something asks for a render through the store (`redraw`).
+import { api, call, showError } from "./api.js";
 import { el } from "./dom.js";
 import {
-  clearChanges, currentStatus, getMessage, getPart, globalVersion, hasMessage, isStructural,
-  lastAnswerId, markStructural, olderPageLink, onForget, pathIds, revertedIds, setSession,
-  streamingIds, trimOlder,
+  addOlderPage, clearChanges, currentSessionId, currentStatus, getMessage, getPart,
+  globalVersion, hasMessage, isStructural, lastAnswerId, markStructural, olderPageLink, pathIds,
+  revertedIds, streamingIds, subscribe, trimOlder, viewState as view,
 } from "./store.js";
-import { partNode } from "./parts.js";
+import { refreshTree } from "./sync.js";
+import { askNode } from "../alternatives.js";
 import {
   editForm, forgetActionBar, isEditing, laterBranch, messageActions, renderContinueBar,
   renderRevertBar,
 } from "./moves.js";
-import { loadOlder } from "./sync.js";
+import { partNode } from "./parts.js";
 import { updateControls } from "./controls.js";
-import { renderSource } from "../repository.js";
-import { askNode } from "../alternatives.js";
 
 const msgNodes = new Map(); // message id -> {key, node}
-onForget((kind, id) => {
+subscribe("forget", (kind, id) => {
   if (kind === "all") msgNodes.clear();
   else if (kind === "message") msgNodes.delete(id);
 });
 
-export function showSession(next) {
-  // The session as the server says: kept, and its source line drawn (repository.js).
-  setSession(next);
-  if (next) renderSource(next);
-}
-
-let frame = 0;
-let stickToEnd = true; // the next render scrolls to the end (the first one, a reload)
-
-export function scrollToEndNext() {
-  stickToEnd = true;
-}
-
-export function render() {
+function render() {
+  // Something changed (the store's "redraw"): drawn on the next frame, once however often asked.
   markStructural();
-  if (!frame) frame = requestAnimationFrame(() => flush(true));
+  if (!view.frame) view.frame = requestAnimationFrame(() => flush(true));
 }
 
 // A stream is drawn at most every STREAM_MS: ten updates a second read as smooth, and each
 // costs a layout and a paint, whatever the number of words it brings.
 const STREAM_MS = 80;
-let lastStreamDraw = 0;
-let streamTimer = 0;
 
 export function renderStream() {
-  if (frame || streamTimer) return;
-  const wait = STREAM_MS - (performance.now() - lastStreamDraw);
+  if (view.frame || view.streamTimer) return;
+  const wait = STREAM_MS - (performance.now() - view.lastStreamDraw);
   if (wait <= 0) {
-    frame = requestAnimationFrame(() => flush(true));
+    view.frame = requestAnimationFrame(() => flush(true));
     return;
   }
-  streamTimer = setTimeout(() => {
-    streamTimer = 0;
-    if (!frame && (streamingIds().size || isStructural())) frame = requestAnimationFrame(() => flush(true));
+  view.streamTimer = setTimeout(() => {
+    view.streamTimer = 0;
+    if (!view.frame && (streamingIds().size || isStructural())) view.frame = requestAnimationFrame(() => flush(true));
   }, wait);
 }
 
@@ -79,16 +64,37 @@ function reconcile(parent, nodes) {
   }
 }
 
-// Whether the reader is at the end of the conversation (the pane that scrolls; the message
-// box stays in sight below it), read when the pane scrolls: reading the scroll position in
-// every render would force a layout each time.
-let readerAtEnd = true;
-
 export function initRender() {
+  subscribe("redraw", render);
+  // Whether the reader is at the end of the conversation (the pane that scrolls; the message
+  // box stays in sight below it), read when the pane scrolls: reading the scroll position in
+  // every render would force a layout each time.
   document.getElementById("messages").addEventListener("scroll", (e) => {
     const pane = e.currentTarget;
-    readerAtEnd = pane.scrollHeight - pane.scrollTop - pane.clientHeight < 160;
+    view.readerAtEnd = pane.scrollHeight - pane.scrollTop - pane.clientHeight < 160;
   }, { passive: true });
+}
+
+async function loadOlder() {
+  if (!olderPageLink() || view.loadingOlder) return;
+  view.loadingOlder = true;
+  const sid = currentSessionId();
+  try {
+    const page = await call("GET", olderPageLink());
+    if (sid !== currentSessionId()) return;
+    addOlderPage(page);
+    // Keep what the reader looks at in place while the older messages go in above it.
+    const scroller = document.getElementById("messages");
+    const fromBottom = scroller.scrollHeight - scroller.scrollTop;
+    markStructural();
+    flush(false);
+    scroller.scrollTop = scroller.scrollHeight - fromBottom;
+    refreshTree(); // the branches and checkpoints of the older messages
+  } catch (err) {
+    showError(err.message);
+  } finally {
+    view.loadingOlder = false;
+  }
 }
 
 const olderObserver = new IntersectionObserver((entries) => {
@@ -104,9 +110,9 @@ const olderButton = (() => {
 })();
 
 export function flush(follow) {
-  if (frame) { cancelAnimationFrame(frame); frame = 0; }
-  lastStreamDraw = performance.now();
-  const stick = follow && (stickToEnd || readerAtEnd);
+  if (view.frame) { cancelAnimationFrame(view.frame); view.frame = 0; }
+  view.lastStreamDraw = performance.now();
+  const stick = follow && (view.stickToEnd || view.readerAtEnd);
   if (!isStructural() && streamingIds().size) {
     // Only streamed text or output grew: those messages are rendered, nothing else is looked at.
     const dim = revertedIds();
@@ -125,7 +131,7 @@ export function flush(follow) {
     }
   }
   clearChanges();
-  if (stick) trimOlder();
+  if (stick) trimOlder((id) => api(`/messages/?before=${encodeURIComponent(id)}`));
   usageLines();
   const box = document.getElementById("messages");
   const dim = revertedIds();
@@ -151,13 +157,13 @@ export function flush(follow) {
 }
 
 function scrollToEnd() {
-  stickToEnd = false;
+  view.stickToEnd = false;
   const scroller = document.getElementById("messages");
   scroller.scrollTop = scroller.scrollHeight;
 }
 
 function messageNode(m, dim, isLastAnswer) {
-  const spent = lastOfRun.get(m.id) || "";
+  const spent = view.lastOfRun.get(m.id) || "";
   const dimmed = dim.has(m.id);
   let partsKey = "";
   for (const pid of m.partIds) partsKey += `${getPart(pid)?.v}${dim.has(pid) ? "d" : ""},`;
@@ -201,8 +207,8 @@ function messageNode(m, dim, isLastAnswer) {
 
 function stoppedNote(m) {
   // A stopped answer says so, quietly: while it is left unfinished (Stop, a crash), and
-  // after a resume closed it with the seed's "not completed before recovery" (kept in the
-  // data, shown as its title).
+  // after a resume closed it with "not completed before recovery" (docs/semantics.md §1.5;
+  // kept in the data, shown as its title).
   if (m.role !== "assistant") return null;
   const recovered = m.error?.reason === "UnfinishedAssistantMessage";
   const live = currentStatus() === "busy" || currentStatus() === "waiting";
@@ -211,8 +217,6 @@ function stoppedNote(m) {
   note.title = recovered ? m.error.message : "The answer was stopped here; Resume answers again.";
   return note;
 }
-
-let lastOfRun = new Map(); // message id -> the usage line of the run it ends
 
 function usageLines() {
   // Per run: the tokens and cost of its model calls (each assistant message records its
@@ -230,11 +234,11 @@ function usageLines() {
     r.cost += t.cost_usd || 0;
     runs.set(m.run_id, r);
   }
-  lastOfRun = new Map();
+  view.lastOfRun = new Map();
   for (const r of runs.values()) {
     if (!r.input && !r.output) continue;
     const cost = r.cost ? ` · $${r.cost.toFixed(r.cost < 0.01 ? 5 : 2)}` : "";
     const cached = r.cached ? ` (${r.cached} cached)` : "";
-    lastOfRun.set(r.last, `run: ${r.input} tokens in${cached} · ${r.output} out${cost}`);
+    view.lastOfRun.set(r.last, `run: ${r.input} tokens in${cached} · ${r.output} out${cost}`);
   }
 }

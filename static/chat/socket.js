@@ -10,60 +10,51 @@
 import { closeDrawers } from "../drawers.js";
 import { closeViewers, loadChanges, loadFiles, loadLineage, loadShare } from "../panels.js";
 import { markCurrent } from "../sidebar.js";
-import { api, call, currentSessionId, firstRead, setSessionId, showError } from "./api.js";
+import { api, call, firstRead, notice, showError } from "./api.js";
 import {
-  LIVE, applyStored, currentSession, forgetSession, isOffline, pathIds, setOfflineFlag,
+  LIVE, applyStored, currentSession, currentSessionId, forgetSession, isOffline, pathIds, redraw,
+  setOfflineFlag, setSession, setSessionId, setStatus, socketState as sk, subscribe,
 } from "./store.js";
-import { flush, render, showSession } from "./render.js";
 import { loadMessages, loadTree } from "./sync.js";
-import { handle } from "./events.js";
 import {
-  NOT_SENT, focusPrompt, forgetQueued, loadBudget, loadTools, notice, renderModelPicker,
-  renderPermissions, showBadge, showStatus, showTitle, updateControls,
+  NOT_SENT, focusPrompt, forgetQueued, loadBudget, loadTools, renderModelPicker,
+  renderPermissions, showBadge, showTitle, updateControls,
 } from "./controls.js";
-import { forgetMoves } from "./moves.js";
-
-let socket = null;
-let everOpened = false;
-let retryDelay = 1000;
-let retryTimer = 0;
-let retryAt = 0;
-let countdown = 0;
-let ready = false; // the state was read: events are applied as they come
-let buffered = []; // events that came before it
+import { flush } from "./render.js";
+import { handle } from "./events.js";
 
 function setOffline(on) {
   if (on === isOffline()) return;
   setOfflineFlag(on);
   document.getElementById("connection-bar").hidden = !on;
-  clearInterval(countdown);
-  if (on) countdown = setInterval(showCountdown, 250);
-  else retryDelay = 1000;
+  clearInterval(sk.countdown);
+  if (on) sk.countdown = setInterval(showCountdown, 250);
+  else sk.retryDelay = 1000;
   if (!on && document.getElementById("error").textContent === NOT_SENT) showError("");
   showBadge();
   updateControls();
 }
 
 function showCountdown() {
-  const left = Math.ceil((retryAt - Date.now()) / 1000);
-  document.getElementById("connection-text").textContent = retryTimer && left > 0
+  const left = Math.ceil((sk.retryAt - Date.now()) / 1000);
+  document.getElementById("connection-text").textContent = sk.retryTimer && left > 0
     ? `Reconnecting… The server cannot be reached; next try in ${left} s.`
     : "Reconnecting…";
 }
 
 function scheduleReconnect() {
-  clearTimeout(retryTimer);
-  retryAt = Date.now() + retryDelay;
-  retryTimer = setTimeout(() => { retryTimer = 0; connect(); }, retryDelay);
-  retryDelay = Math.min(retryDelay * 2, 8000);
+  clearTimeout(sk.retryTimer);
+  sk.retryAt = Date.now() + sk.retryDelay;
+  sk.retryTimer = setTimeout(() => { sk.retryTimer = 0; connect(); }, sk.retryDelay);
+  sk.retryDelay = Math.min(sk.retryDelay * 2, 8000);
   setOffline(true);
   showCountdown();
 }
 
 function reconnectNow() {
-  if (!retryTimer) return; // a try is under way
-  clearTimeout(retryTimer);
-  retryTimer = 0;
+  if (!sk.retryTimer) return; // a try is under way
+  clearTimeout(sk.retryTimer);
+  sk.retryTimer = 0;
   showCountdown();
   connect();
 }
@@ -71,48 +62,47 @@ function reconnectNow() {
 export function suspectConnection() {
   // A request got no answer while the socket looks open: it is closed, and its close starts
   // the reconnecting above.
-  if (socket && socket.readyState === WebSocket.OPEN) socket.close();
+  if (sk.socket && sk.socket.readyState === WebSocket.OPEN) sk.socket.close();
 }
 
 function connect() {
   const proto = location.protocol === "https:" ? "wss" : "ws";
   const sid = currentSessionId();
-  clearTimeout(retryTimer);
-  retryTimer = 0;
+  clearTimeout(sk.retryTimer);
+  sk.retryTimer = 0;
   return new Promise((resolve) => {
     const ws = new WebSocket(`${proto}://${location.host}/ws/sessions/${sid}/`);
-    socket = ws;
+    sk.socket = ws;
     ws.onmessage = (msg) => {
-      if (ws !== socket) return;
+      if (ws !== sk.socket) return;
       const ev = JSON.parse(msg.data);
       if (ev.type === "subscribed") {
         // Events reach this socket from here on (the server accepts a socket before it
         // joins the session's group): a socket that opened again catches up from now.
-        const again = everOpened;
+        const again = sk.everOpened;
         if (again) restart();
-        everOpened = true;
+        sk.everOpened = true;
         resolve(again);
       }
-      if (ready) handle(ev); else buffered.push(ev);
+      if (sk.ready) handle(ev); else sk.buffered.push(ev);
     };
     ws.onopen = () => {
       setOffline(false);
     };
     ws.onclose = (e) => {
-      if (ws !== socket) return; // a socket of a session we left
+      if (ws !== sk.socket) return; // a socket of a session we left
       if (e.code === 4403) return showError("You may not see this session.");
-      ready = false;
+      sk.ready = false;
       scheduleReconnect();
     };
   });
 }
 
-let restarts = 0; // a socket that opened again starts its own catch-up; an older one stops
-
 async function restart() {
-  const mine = ++restarts;
+  // A socket that opened again starts its own catch-up; an older one stops.
+  const mine = ++sk.restarts;
   for (let attempt = 0; attempt < 30; attempt++) {
-    if (mine !== restarts) return;
+    if (mine !== sk.restarts) return;
     try {
       await start(true);
       return;
@@ -134,16 +124,16 @@ async function start(again = false) {
   ]);
   if (sid !== currentSessionId()) return;
   if (page) applyStored(page, !LIVE.includes(fresh.status), new Set());
-  showSession(fresh);
+  setSession(fresh);
   showTitle();
-  showStatus(currentSession().status);
+  setStatus(currentSession().status);
   renderPermissions();
   if (!again) loadTools();
-  ready = true;
-  for (const ev of buffered.splice(0)) handle(ev);
+  sk.ready = true;
+  for (const ev of sk.buffered.splice(0)) handle(ev);
   flush(true);
   if (!again) focusPrompt();
-  loadTree().then(() => { if (sid === currentSessionId()) render(); }, () => {});
+  loadTree().then(() => { if (sid === currentSessionId()) redraw(); }, () => {});
   loadBudget();
   renderModelPicker().catch(() => {});
   loadFiles();
@@ -157,15 +147,14 @@ export async function switchSession(id, push = true) {
   // the new session's; the page (and the app) stays.
   if (id === currentSessionId()) return;
   if (push) history.pushState({ session: id }, "", `/sessions/${id}/`);
-  const old = socket;
-  socket = null;
+  const old = sk.socket;
+  sk.socket = null;
   if (old) old.close();
   setSessionId(id);
   document.getElementById("chat").dataset.sessionId = id;
-  ready = false;
-  buffered = [];
-  forgetSession();
-  forgetMoves();
+  sk.ready = false;
+  sk.buffered = [];
+  forgetSession(); // the messages, the tree, the moves armed
   forgetQueued();
   showError("");
   notice("");
@@ -204,6 +193,8 @@ async function caughtUp() {
 }
 
 export function initSocket() {
+  subscribe("unreachable", suspectConnection); // a request got no answer (api.js)
+  subscribe("open-session", (id) => switchSession(id)); // the sidebar's choice
   document.getElementById("reconnect-now").addEventListener("click", reconnectNow);
   window.addEventListener("online", reconnectNow);
   window.addEventListener("offline", suspectConnection);

@@ -1,39 +1,36 @@
 // Keeping the chat equal to what the database holds. The path is read a page at a time (the
-// newest first, older ones as the reader scrolls up); it is read again when the head moves (a
-// reload), when a delta shows a gap (a merge refetch), and when events were missed (a resync).
+// newest first; render.js reads older ones as the reader scrolls up); it is read again when
+// the head moves (a reload), when a delta shows a gap (a merge refetch), and when events were
+// missed (a resync).
 //
 // Every event says which event of the session came before it (`prev`, the `seq` of that one):
 // when that is not the last one applied, events were missed, and the chat reads again what
 // the database holds. So it does after a reconnect, and once when a run ends: streamed text
 // that was never stored (its worker crashed) goes, and what is shown is what a reload shows.
 // Only what differs from the stored state is drawn again, and the scroll position stays.
-import { FIRST_PAGE, api, call, currentSessionId, firstRead, showError } from "./api.js";
+//
+// What it changed is drawn by the layers above, which hear of it through the store: `redraw`
+// (the next frame draws), `setSession` and `setStatus` (the source line, the badge).
+import { FIRST_PAGE, api, call, firstRead, showError } from "./api.js";
 import {
-  LIVE, addOlderPage, applyStored, currentSession, currentStatus, markStructural, olderPageLink,
-  pathIds, readPage, setTree, setWholePart, stable,
+  LIVE, applyStored, currentSession, currentSessionId, currentStatus, pathIds, readPage, redraw,
+  scrollToEndNext, setSession, setStatus, setTree, setWholePart, stable, syncState as sync,
 } from "./store.js";
-import { flush, render, scrollToEndNext, showSession } from "./render.js";
-import { showStatus } from "./controls.js";
-
-let refetchTimer = null;
-// Reads of the whole path begun (the head moved, or is moving): a read of messages begun
-// before the latest of them answers for a path that may not be shown any more.
-let pathReads = 0;
 
 export function pathMoving() {
-  pathReads++;
+  sync.pathReads++;
 }
 
 export function scheduleRefetch(delay = 250) {
-  if (refetchTimer) return;
-  refetchTimer = setTimeout(async () => {
-    refetchTimer = null;
+  if (sync.refetchTimer) return;
+  sync.refetchTimer = setTimeout(async () => {
+    sync.refetchTimer = null;
     try {
       await loadMessages(true);
     } catch {
       return scheduleRefetch(1000); // the server is away (a restart): try again
     }
-    render();
+    redraw();
   }, delay);
 }
 
@@ -43,61 +40,56 @@ export function scheduleRefetch(delay = 250) {
 // holds differently is replaced. While a run streams, the fetched state is merged (streamed
 // text may be ahead of the stored text). Objects live events changed since the resync was
 // asked for (a next run streaming already) are merged, not replaced.
-let resyncTimer = null;
-let resyncWanted = false;
-let resyncFinal = false;
-let touched = null; // ids live events changed since a resync was asked for ("session" too)
-
 export function scheduleResync(final = false, delay = 100) {
-  resyncWanted = true;
-  resyncFinal ||= final;
-  touched ||= new Set();
-  if (!resyncTimer) resyncTimer = setTimeout(runResync, delay);
+  sync.resyncWanted = true;
+  sync.resyncFinal ||= final;
+  sync.touched ||= new Set();
+  if (!sync.resyncTimer) sync.resyncTimer = setTimeout(runResync, delay);
 }
 
 async function runResync() {
-  if (reloadTimer) { resyncTimer = setTimeout(runResync, 200); return; } // a reload is on: after it
+  if (sync.reloadTimer) { sync.resyncTimer = setTimeout(runResync, 200); return; } // a reload is on: after it
   const sid = currentSessionId();
-  while (resyncWanted) {
-    resyncWanted = false;
-    const final = resyncFinal;
-    resyncFinal = false;
-    const seen = touched;
-    touched = new Set();
-    const begun = pathReads;
+  while (sync.resyncWanted) {
+    sync.resyncWanted = false;
+    const final = sync.resyncFinal;
+    sync.resyncFinal = false;
+    const seen = sync.touched;
+    sync.touched = new Set();
+    const begun = sync.pathReads;
     let fresh, page;
     try {
       [fresh, page] = await Promise.all([call("GET", api("/")), call("GET", api("/messages/"))]);
     } catch {
-      resyncWanted = true;
-      resyncFinal ||= final;
-      resyncTimer = setTimeout(runResync, 1000); // the server is away (a restart): try again
+      sync.resyncWanted = true;
+      sync.resyncFinal ||= final;
+      sync.resyncTimer = setTimeout(runResync, 1000); // the server is away (a restart): try again
       return;
     }
     if (sid !== currentSessionId()) break;
-    if (begun !== pathReads) {
+    if (begun !== sync.pathReads) {
       // The path moved while this was read (a branch switch): read again after its reload.
-      for (const id of seen) touched.add(id);
-      resyncWanted = true;
-      resyncFinal ||= final;
-      resyncTimer = setTimeout(runResync, 200);
+      for (const id of seen) sync.touched.add(id);
+      sync.resyncWanted = true;
+      sync.resyncFinal ||= final;
+      sync.resyncTimer = setTimeout(runResync, 200);
       return;
     }
-    for (const id of touched) seen.add(id);
+    for (const id of sync.touched) seen.add(id);
     // No run holds the session: what it stored is all there is (live objects merged).
     const exact = final || !LIVE.includes(fresh.status);
     let changed = applyStored(page, exact, seen);
     if (!seen.has("session") && (stable(fresh) !== stable(currentSession()) || fresh.status !== currentStatus())) {
       // A session event was missed (its status, head or revert).
-      showSession(fresh);
-      showStatus(fresh.status);
+      setSession(fresh);
+      setStatus(fresh.status);
       changed = true;
       if (fresh.head_message_id && !pathIds().includes(fresh.head_message_id)) scheduleReload(0);
     }
-    if (changed) render();
+    if (changed) redraw();
   }
-  resyncTimer = null;
-  touched = null;
+  sync.resyncTimer = null;
+  sync.touched = null;
 }
 
 // -- the reload ----------------------------------------------------------------------------
@@ -106,49 +98,43 @@ const PATH_EVENTS = new Set([
   "message.removed", "message.part.removed",
 ]);
 
-let reloadTimer = null;
-let reloadAgain = false; // asked for while the path was being fetched: it may have moved since
-let missedEvents = false; // path events left out while the path was being fetched
-
 export function scheduleReload(delay = 100) {
-  if (reloadTimer) { reloadAgain = true; return; }
-  missedEvents = false;
-  reloadTimer = setTimeout(async () => {
-    reloadAgain = false;
+  if (sync.reloadTimer) { sync.reloadAgain = true; return; }
+  sync.missedEvents = false;
+  sync.reloadTimer = setTimeout(async () => {
+    sync.reloadAgain = false;
     try {
       await loadMessages(false);
       await loadTree();
     } catch {
-      reloadTimer = null;
+      sync.reloadTimer = null;
       return scheduleReload(1000);
     }
-    reloadTimer = null;
-    render();
-    if (reloadAgain) return scheduleReload(0);
+    sync.reloadTimer = null;
+    redraw();
+    if (sync.reloadAgain) return scheduleReload(0);
     // The page may have been read before the events left out meanwhile (a slow answer, a
     // run that ended in the meantime): a merge refetch, asked for after them, has them.
-    if (missedEvents || currentStatus() === "busy") scheduleRefetch();
+    if (sync.missedEvents || currentStatus() === "busy") scheduleRefetch();
   }, delay);
 }
 
 export function leftOutByReload(ev) {
   // While the path is being reloaded its events are left out: the reload, or the merge
   // refetch after it, has them.
-  if (!(reloadTimer && PATH_EVENTS.has(ev.type))) return false;
-  missedEvents = true;
+  if (!(sync.reloadTimer && PATH_EVENTS.has(ev.type))) return false;
+  sync.missedEvents = true;
   return true;
 }
 
 // -- pages of the path ---------------------------------------------------------------------
-let loadingOlder = false;
-
 export async function loadMessages(merge) {
   const sid = currentSessionId();
-  const begun = merge ? pathReads : ++pathReads;
+  const begun = merge ? sync.pathReads : ++sync.pathReads;
   const page = merge ? await call("GET", api("/messages/"))
     : await firstRead("messages", () => call("GET", api(`/messages/?limit=${FIRST_PAGE}`)));
   if (sid !== currentSessionId()) return; // the sidebar switched sessions meanwhile
-  if (begun !== pathReads) {
+  if (begun !== sync.pathReads) {
     // The path moved (or was about to: a branch switch) meanwhile: its own read has it. A
     // switch the server refused reads none, so a merge read set aside is asked again.
     if (merge) scheduleRefetch();
@@ -163,33 +149,11 @@ function fullPages(link) {
   return link ? link.replace(/([?&])limit=\d+(&|$)/, (_, before, after) => (after ? before : "")) : link;
 }
 
-export async function loadOlder() {
-  if (!olderPageLink() || loadingOlder) return;
-  loadingOlder = true;
-  const sid = currentSessionId();
-  try {
-    const page = await call("GET", olderPageLink());
-    if (sid !== currentSessionId()) return;
-    addOlderPage(page);
-    // Keep what the reader looks at in place while the older messages go in above it.
-    const scroller = document.getElementById("messages");
-    const fromBottom = scroller.scrollHeight - scroller.scrollTop;
-    markStructural();
-    flush(false);
-    scroller.scrollTop = scroller.scrollHeight - fromBottom;
-    refreshTree(); // the branches and checkpoints of the older messages
-  } catch (err) {
-    showError(err.message);
-  } finally {
-    loadingOlder = false;
-  }
-}
-
 export async function showWholePart(partId) {
   try {
     const whole = await call("GET", `/api/parts/${partId}/`);
     setWholePart(partId, whole);
-    render();
+    redraw();
   } catch (err) { showError(err.message); }
 }
 
@@ -202,41 +166,38 @@ export async function loadTree() {
   setTree(tree, timeline);
 }
 
-let treeTimer = null;
 export function refreshTree() {
-  clearTimeout(treeTimer);
-  treeTimer = setTimeout(async () => { await loadTree(); render(); }, 150);
+  clearTimeout(sync.treeTimer);
+  sync.treeTimer = setTimeout(async () => { await loadTree(); redraw(); }, 150);
 }
 
 // -- the events' order ---------------------------------------------------------------------
-let lastSeq = null; // `seq` of the last event of the session applied (null: none on this socket)
 
 // A run in progress and no event for QUIET_MS: its last events may be lost (its worker was
 // killed between storing them and publishing them; no later event will show a `prev` gap).
 // Read the session again — once per quiet period.
 const QUIET_MS = 10000;
-let lastEventAt = Date.now();
 
 export function watchQuiet() {
   setInterval(() => {
-    if (!currentSessionId() || !LIVE.includes(currentStatus()) || resyncTimer) return;
-    if (Date.now() - lastEventAt < QUIET_MS) return;
-    lastEventAt = Date.now();
+    if (!currentSessionId() || !LIVE.includes(currentStatus()) || sync.resyncTimer) return;
+    if (Date.now() - sync.lastEventAt < QUIET_MS) return;
+    sync.lastEventAt = Date.now();
     scheduleResync();
   }, 2000);
 }
 
 export function noteSeq(ev) {
-  lastEventAt = Date.now();
+  sync.lastEventAt = Date.now();
   // A `prev` other than the last `seq` applied: events were missed (or came out of order).
-  if (ev.type === "subscribed") { lastSeq = null; return; }
+  if (ev.type === "subscribed") { sync.lastSeq = null; return; }
   if (typeof ev.seq !== "number") return;
-  if (touched) {
+  if (sync.touched) {
     for (const id of [ev.message_id, ev.part_id, ev.message?.id, ev.part?.id, ev.part?.message_id]) {
-      if (id) touched.add(id);
+      if (id) sync.touched.add(id);
     }
-    if (ev.type.startsWith("session.")) touched.add("session");
+    if (ev.type.startsWith("session.")) sync.touched.add("session");
   }
-  if (lastSeq !== null && ev.prev !== undefined && ev.prev !== lastSeq) scheduleResync();
-  lastSeq = lastSeq === null ? ev.seq : Math.max(lastSeq, ev.seq);
+  if (sync.lastSeq !== null && ev.prev !== undefined && ev.prev !== sync.lastSeq) scheduleResync();
+  sync.lastSeq = sync.lastSeq === null ? ev.seq : Math.max(sync.lastSeq, ev.seq);
 }
