@@ -15,7 +15,16 @@ import pytest
 
 from runs_app.tools import TOOLS, ToolContext, ToolInterrupted
 from tests.support.shell import shell_on
-from workspace import change_journal, kept_usage, layers, sandbox, skipped_files, worktree_files
+from workspace import (
+    change_journal,
+    journal_track,
+    kept_usage,
+    layers,
+    sandbox,
+    skipped_files,
+    worktree_files,
+    worktree_paths,
+)
 from workspace.snapshots import Snapshots
 from workspace.worktree_usage import worktree_usage
 
@@ -265,3 +274,32 @@ def test_a_journal_taken_whole_starts_anew_past_its_size(snap, monkeypatch):
     _write(snap, "after.txt", "y")
     assert change_journal.pending(snap.worktree, snap.git_dir).paths == ["after.txt"]
     assert "n9.txt" in _files(snap, tree) and snap.track(journal=True) == snap.peek()
+
+
+def test_a_link_read_for_a_step_is_read_in_its_folder_never_through_a_link(
+    snap, tmp_path, monkeypatch
+):
+    """A folder swapped for a link between the look and the read: the link's target is read
+    in the folder the worktree holds (``readlinkat``), never through the swapped-in link."""
+    (snap.worktree / "dir" / "l").symlink_to("inside")
+    assert "dir/l" in _files(snap, snap.track())  # a walk: the link is tracked
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "l").symlink_to("/the/servers/secret")
+    change_journal.record(snap.worktree, ["dir/l"])
+    real_present = worktree_paths.present
+
+    def present(worktree, relative, known):  # noqa: ANN001, ANN202
+        found = real_present(worktree, relative, known)
+        if relative == "dir/l" and not (snap.worktree / "dir").is_symlink():
+            shutil.rmtree(snap.worktree / "dir")
+            (snap.worktree / "dir").symlink_to(outside)  # swapped after the look
+        return found
+
+    monkeypatch.setattr(journal_track.worktree_paths, "present", present)
+    tree = snap.track(journal=True)
+    listing = snap.git("ls-tree", "-r", tree)
+    blobs = [line.split()[2] for line in listing.splitlines() if line.split()[0] == "120000"]
+    targets = [snap.git("cat-file", "blob", blob) for blob in blobs]
+    assert "/the/servers/secret" not in targets
+    assert (snap.worktree / "dir").is_symlink(), "the swap happened"

@@ -77,7 +77,8 @@ def _tracked(
     try:
         info = os.lstat(full)
         if stat.S_ISLNK(info.st_mode):
-            return "120000", write_object(snap, "blob", os.fsencode(os.readlink(full)))
+            target = worktree_files.read_link(snap.worktree, tuple(path.split("/")))
+            return "120000", write_object(snap, "blob", os.fsencode(target))
         if not stat.S_ISREG(info.st_mode):
             return None
         limit = settings.SNAPSHOT_MAX_FILE_BYTES

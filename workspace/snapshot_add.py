@@ -48,7 +48,7 @@ STORE_FAILED = re.compile(
 
 def add_all(snap: Snapshots, index: str | None, paths: Sequence[str] = (".",)) -> None:
     """``git add --all``, with the repositories nested in the worktree taken as plain
-    directories (rule 2.3 and 11.1).
+    directories (docs/semantics.md §2.3 and §11.1).
 
     Git's own walk records a directory holding a repository as a gitlink, and the next
     ``add`` runs ``git status`` inside it: that repository's config, its fsmonitor, its
@@ -87,7 +87,7 @@ def add_paths(snap: Snapshots, paths: Sequence[str], index: str | None) -> None:
     gone = sorted(set(paths) - set(present))
     if gone:
         removed = snap.run(
-            ["rm", "-r", "--cached", "-q", "--ignore-unmatch", *FROM_STDIN],
+            ["rm", "-r", "-f", "--cached", "-q", "--ignore-unmatch", *FROM_STDIN],
             input=_nul(gone),
             index=index,
         )

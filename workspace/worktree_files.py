@@ -1,4 +1,4 @@
-"""Worktree files, opened by descriptor (ARCHITECTURE "Trust boundary", SEMANTICS 11.2).
+"""Worktree files, opened by descriptor (docs/semantics.md §11.2).
 
 Everything under a worktree is the agent's, and any name in it may be a link, a FIFO or a
 socket, or become one between two system calls (``renameat2(RENAME_EXCHANGE)`` in the
@@ -167,6 +167,16 @@ def open_entry(root: Path, parts: tuple[str, ...]) -> tuple[int, os.stat_result]
         os.close(fd)
         raise
     return fd, found
+
+
+def read_link(root: Path, parts: tuple[str, ...]) -> str:
+    """The target of the link ``parts`` (``readlinkat`` in its folder, opened as
+    ``open_dir`` does: a link on the way is refused, never followed)."""
+    parent = open_dir(root, parts[:-1])
+    try:
+        return os.readlink(parts[-1], dir_fd=parent)
+    finally:
+        os.close(parent)
 
 
 def read_file(root: Path, parts: tuple[str, ...], *, limit: int) -> tuple[int, bytes | None]:
