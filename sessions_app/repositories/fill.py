@@ -2,9 +2,10 @@
 archive.
 
 * **Clone.** ``create_session(repository=…)`` stores the session ``preparing``, its busy lock
-  held by a prepare job (``ids.prepare_id``) with a lease that outlasts
-  ``REPO_CLONE_TIMEOUT``, so no run and no history move starts while the worktree fills. The
-  job (``prepare``: a Celery task in services mode, a thread in embedded mode) clones into a
+  held by a prepare job (``jobs.hold_for_clone``, through ``lock.hold_for_job``) with a lease
+  that outlasts ``REPO_CLONE_TIMEOUT``, so no run and no history move starts while the
+  worktree fills. The job (``prepare``: a Celery task in services mode, a thread in embedded
+  mode; ``jobs.py`` starts it) clones into a
   staging directory beside the worktrees (``repos.run``: bounded, cancellable, hostile
   content), then — holding the session row, and only while its job still holds the busy
   lock (a stale job writes nothing) — moves the files in, seeds the snapshot store with the
