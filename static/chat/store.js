@@ -55,29 +55,22 @@ const state = Object.seal({
   }),
   // sync.js: reads of the path, reload, refetch, resync and the events' order.
   sync: section({
-    refetchTimer: null,
+    refetchTimer: null, resyncTimer: null, reloadTimer: null, treeTimer: null,
     // Reads of the whole path begun (the head moved, or is moving): a read of messages begun
     // before the latest of them answers for a path that may not be shown any more.
     pathReads: 0,
-    resyncTimer: null,
-    resyncWanted: false,
+    resyncWanted: false, // a resync was asked for (`resyncFinal`: as after a run's end)
     resyncFinal: false,
     touched: null, // ids live events changed since a resync was asked for ("session" too)
-    reloadTimer: null,
     reloadAgain: false, // asked for while the path was being fetched: it may have moved since
     missedEvents: false, // path events left out while the path was being fetched
-    treeTimer: null,
     lastSeq: null, // `seq` of the last event of the session applied (null: none on this socket)
     lastEventAt: Date.now(), // when the last event came (a quiet run is read again)
   }),
   // socket.js: the socket and its reconnecting.
   socket: section({
-    socket: null,
-    everOpened: false,
-    retryDelay: 1000,
-    retryTimer: 0,
-    retryAt: 0,
-    countdown: 0,
+    socket: null, everOpened: false, // the socket, and whether one was ever open
+    retryDelay: 1000, retryTimer: 0, retryAt: 0, countdown: 0, // the next try, counted down
     ready: false, // the state was read: events are applied as they come
     buffered: [], // events that came before it
     restarts: 0, // a socket that opened again starts its own catch-up; an older one stops
