@@ -9,7 +9,9 @@ A file fails when it
 * cites ``docs/semantics.md §n.m`` and docs/semantics.md has no rule (or section) n.m, or
   cites a rule by a bare number (``rule 1.5``, a ``§`` outside a citation), which names no doc;
 * cites ``docs/X.md "Heading"``, or links ``X.md#anchor`` in a Markdown file, and that doc
-  has no heading of that title (or anchor).
+  has no heading of that title (or anchor);
+* names a file of the project's packages (``runs_app/execution/host.py``) that is not there:
+  a module moved, its mentions follow it (CHANGELOG.md, which records paths as they were, aside).
 
 The scan covers the repository's own text files (git's list: tracked and new ones), not the
 vendored libraries under ``static/vendor/``.
@@ -51,8 +53,16 @@ SECTION_SIGN = re.compile(r"§\d")
 CONTINUATION = re.compile(r"\s*\n\s*(?:#|//|\*)?\s*")
 ANCHOR_LINK = re.compile(r"\]\(\s*<?([^)\s>#]*\.md)?#([^)\s>]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+MODULE = re.compile(
+    r"(?<![\w./-])(?:runs_app|sessions_app|quotas_app|workspace|core|realtime|config|tests|static"
+    r"|scripts|bench|platform|templates)/[\w./-]+?\.(?:py|js|md|sh|html|css|toml)\b"
+)
 # References that are a test's own planted data, not citations.
-PLANTED = {("tests/test_readme.py", "docs/a.md")}
+PLANTED = {
+    ("tests/test_readme.py", "docs/a.md"),
+    ("tests/test_dev_script.py", "tests/test_x.py"),
+    ("tests/test_js_structure.py", "static/a.js"),
+}
 
 
 def repository_files() -> list[Path]:
@@ -133,6 +143,10 @@ def problems(text: str, where: Path = ROOT / "docs" / "x.md") -> list[str]:
             continue  # a Markdown link's target: tests/test_readme.py follows those
         if not (ROOT / "docs" / m.group(1)).is_file():
             say(m.start(), f"docs/{m.group(1)} does not exist")
+    if rel != "CHANGELOG.md":
+        for m in MODULE.finditer(text):
+            if not (ROOT / m.group(0)).exists() and (rel, m.group(0)) not in PLANTED:
+                say(m.start(), f"{m.group(0)} does not exist")
     cited_signs: set[int] = set()
     for m in SEMANTICS_CITE.finditer(text):
         at, numbers = m.end(), []
@@ -188,6 +202,10 @@ def test_every_reference_resolves() -> None:
         ("# never run twice (§1.5)", "section sign outside"),
         ("[semantics.md §77](semantics.md#1-runs-modes-and-the-busy-lock)", "has no §77"),
         ("see [the rules](security.md#no-such-rules)", "no heading for the anchor #no-such-rules"),
+        (
+            "# the loop (runs_app/engine_of_old.py) calls",
+            "runs_app/engine_of_old.py does not exist",
+        ),
     ],
 )
 def test_a_planted_bad_reference_is_found(planted: str, expected: str) -> None:
@@ -200,7 +218,7 @@ def test_good_references_pass() -> None:
         '"""Fork (docs/semantics.md §5.5; continue: docs/semantics.md §5.1–§5.4, §5.6 and\n'
         '    §14): see docs/security.md "The rules" and docs/repositories.md, or\n'
         '    docs/security.md\n    "Security settings"."""\n'
-        "x = 1  # docs/semantics.md §11\n"
+        "x = 1  # docs/semantics.md §11 (runs_app/lifecycle.py, tests/test_doc_references.py)\n"
         "[semantics.md §6.3](semantics.md#6-sharing-and-per-user-forks), [x](security.md#the-rules)"
     )
     assert problems(good) == []
