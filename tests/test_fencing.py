@@ -27,6 +27,7 @@ from sessions_app.services import lock
 from workspace import worktree_files
 
 from .conftest import submitted, wait_until
+from .support.waits import backend_pid, blocked_by
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -136,24 +137,24 @@ def test_an_execution_ended_as_abandoned_cannot_write_after(owner):
 def test_a_takeover_waits_for_a_fenced_write_in_flight(owner):
     """``begin`` of a new execution waits for the old one's fenced transaction to commit:
     the new one then reads everything the old one wrote, and the old one's next write is
-    refused. No write lands after the new execution began."""
+    refused. No write lands after the new execution began. The wait is observed where it
+    happens: PostgreSQL's lock table shows the new execution's backend waiting for the old
+    one's (a thread merely still running after a while proves nothing on a loaded machine)."""
     run = _running(owner)
     Session.objects.filter(id=run.session_id).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    fenced, release, begun_at, committed_at = (
-        threading.Event(),
-        threading.Event(),
-        [0.0],
-        [0.0],
-    )
+    fenced, release = threading.Event(), threading.Event()
+    pids: dict[str, int] = {}
+    begun_at, committed_at = [0.0], [0.0]
 
     def old_execution() -> None:
         try:
+            pids["old"] = backend_pid()
             with transaction.atomic():
                 fence(run.id, 1)
                 fenced.set()
-                release.wait(5)
+                release.wait(20)
                 Message.objects.create(session_id=run.session_id, run_id=run.id, role="assistant")
                 # The last moment before the commit: ``begin`` cannot pass it. (Read after the
                 # block, the clock could come after a ``begin`` the commit let through.)
@@ -163,6 +164,7 @@ def test_a_takeover_waits_for_a_fenced_write_in_flight(owner):
 
     def new_execution() -> None:
         try:
+            pids["new"] = backend_pid()
             lifecycle.begin(run.id)
             begun_at[0] = time.monotonic()
         finally:
@@ -170,45 +172,74 @@ def test_a_takeover_waits_for_a_fenced_write_in_flight(owner):
 
     old = threading.Thread(target=old_execution)
     old.start()
-    assert fenced.wait(5)
+    assert fenced.wait(10)
     new = threading.Thread(target=new_execution)
     new.start()
-    time.sleep(0.3)
-    assert new.is_alive(), "begin waits for the fenced transaction"
-    release.set()
-    old.join(5)
-    new.join(5)
+
+    def begin_waits() -> bool | str:
+        if not new.is_alive():
+            return "begun"  # it went through the fenced transaction: the bug
+        return "new" in pids and pids["new"] in blocked_by(pids["old"])
+
+    try:
+        waits = wait_until(begin_waits, timeout=15, what="begin to wait for the fenced write")
+        assert waits is True, "begin went through while a fenced transaction was open"
+    finally:
+        release.set()
+        old.join(10)
+        new.join(10)
     assert begun_at[0] >= committed_at[0] > 0
     assert Run.objects.get(id=run.id).lease_epoch == 2
     with transaction.atomic(), pytest.raises(LeaseLost):
         fence(run.id, 1)
 
 
-def test_the_keeper_renews_while_every_database_thread_is_busy(owner, settings):
+def test_the_keeper_renews_while_every_database_thread_is_busy(owner, settings, monkeypatch):
     """A slow git (or a burst of checkpoints) holding every database thread of the host must
     not delay a renewal: the keeper has a thread of its own. On the old code the renewals
-    queued behind them and the lease lapsed under a live run."""
+    queued behind them and the lease lapsed under a live run. Asserted as the fact itself: a
+    renewal is made, and the lease extended, while every database thread is held (by calls
+    that end only when the test says so)."""
     settings.RUN_LEASE_SECONDS = 1.5
-    run = submitted(owner, "wait 4\nsay done")
+    held, release, renewed = threading.Event(), threading.Event(), threading.Event()
+    original, entered, guard = lock.renew_many, [], threading.Lock()
+
+    def spied(pairs):  # noqa: ANN001, ANN202
+        if held.is_set() and not release.is_set():
+            renewed.set()
+        return original(pairs)
+
+    monkeypatch.setattr(lock, "renew_many", spied)
+    run = submitted(owner, "wait 1\nsay done")
     loop = host.ensure()
     begun = host.submit(run.id)
     wait_until(lambda: run.id in host.runs, what="the run live on the host")
     threads = host.threads.db._max_workers  # noqa: SLF001
-    # Every database thread busy for 4 s (what a slow `git add` does to them).
-    busy = [
-        asyncio.run_coroutine_threadsafe(host.blocking(time.sleep, 4), loop) for _ in range(threads)
-    ]
-    lapsed = []
-    deadline = time.monotonic() + 4
-    while time.monotonic() < deadline:
-        expires = Session.objects.get(id=run.session_id).lease_expires_at
-        if expires is None or expires < timezone.now():
-            lapsed.append(expires)
-        time.sleep(0.1)
-    for future in busy:
-        future.result(timeout=10)
+
+    def occupy() -> None:  # what a slow `git add` does to a database thread
+        with guard:
+            entered.append(threading.get_ident())
+        release.wait(30)
+
+    busy = [asyncio.run_coroutine_threadsafe(host.blocking(occupy), loop) for _ in range(threads)]
+    try:
+        wait_until(lambda: len(entered) == threads, what="every database thread held")
+        lease_then = Session.objects.get(id=run.session_id).lease_expires_at
+        held.set()
+        assert renewed.wait(10), "no renewal while the database threads were busy"
+        lease = wait_until(
+            lambda: (
+                (e := Session.objects.get(id=run.session_id).lease_expires_at) > lease_then and e
+            ),
+            what="the lease extended",
+        )
+        assert lease > timezone.now(), "the lease lapsed while the database threads were busy"
+        assert run.id in host.runs and not host.runs[run.id].lost.is_set()
+    finally:
+        release.set()
+        for future in busy:
+            future.result(timeout=10)
     begun.finished.result(timeout=30)
-    assert not lapsed, "the lease lapsed while the database threads were busy"
     assert Run.objects.get(id=run.id).status == Run.Status.COMPLETED
 
 
@@ -216,27 +247,34 @@ def test_a_run_whose_lease_cannot_be_renewed_stops_before_it_lapses(owner, setti
     """A renewal that hangs (the database unreachable, the process starved) must stop the
     run while its lease still holds, not after another worker may have taken it."""
     settings.RUN_LEASE_SECONDS = 2.0
-    hung = threading.Event()
+    hung, release, returned = threading.Event(), threading.Event(), threading.Event()
     original = lock.renew_many
 
     def hanging(held):  # noqa: ANN001, ANN202
         hung.set()
-        time.sleep(3)
-        return original(held)
+        release.wait(30)  # hangs until the test has seen the run stop
+        try:
+            return original(held)
+        finally:
+            returned.set()
 
     monkeypatch.setattr(lock, "renew_many", hanging)
     run = submitted(owner, "wait 5\nsay done")
     began = time.monotonic()
     begun = host.submit(run.id)
-    control = wait_until(lambda: host.runs.get(run.id), what="the run live on the host")
-    wait_until(control.lost.is_set, timeout=10, what="the run stopped")
-    stopped_after = time.monotonic() - began
-    begun.finished.result(timeout=30)
+    try:
+        control = wait_until(lambda: host.runs.get(run.id), what="the run live on the host")
+        wait_until(control.lost.is_set, timeout=10, what="the run stopped")
+        stopped_after = time.monotonic() - began
+        begun.finished.result(timeout=30)
+    finally:
+        monkeypatch.setattr(lock, "renew_many", original)
+        release.set()
+    assert hung.is_set()
     assert stopped_after < settings.RUN_LEASE_SECONDS, stopped_after
     # It wrote nothing more: still running on record, for the sweep to hand over.
     assert Run.objects.get(id=run.id).status == Run.Status.RUNNING
-    monkeypatch.setattr(lock, "renew_many", original)
-    time.sleep(3)  # the hung renewal ends before the next test uses the keeper's thread
+    assert returned.wait(10), "the hung renewal ends before the next test uses its thread"
     Session.objects.filter(id=run.session_id).update(
         lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
@@ -556,12 +594,15 @@ def test_an_end_never_waits_in_a_cycle_with_the_streamed_text_writer(owner):
 
     def text_writer() -> None:  # the text writer's statement, slowed down between its two
         try:
+            pid = backend_pid()
             with transaction.atomic(), connection.cursor() as cursor:
                 from runs_app.execution.fencing import owned
 
                 assert owned([(run.id, run.lease_epoch)]) == {run.id}
                 shared.set()
-                time.sleep(0.5)
+                # The end waits for this writer's share of the run row before this UPDATE
+                # (on the old code, the end then held the part: a deadlock).
+                wait_until(lambda: blocked_by(pid), timeout=15, what="the end to wait")
                 cursor.execute(
                     "UPDATE sessions_app_part SET text = %s WHERE id = %s", ["a whole", part.id]
                 )
