@@ -1,5 +1,5 @@
-"""Best-of-N (CONTRACT "Branches as workspaces", SEMANTICS 14.3): ``POST
-/api/sessions/{id}/alternatives/`` starts N forks running the same input at once;
+"""Best-of-N (docs/semantics.md §14.3): ``POST /api/sessions/{id}/alternatives/`` starts N
+forks running the same input at once;
 ``POST /api/sessions/{id}/adopt/`` makes one of them (or any fork) a branch of this session.
 The logic is ``services.alternatives``."""
 
