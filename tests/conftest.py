@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -17,6 +18,7 @@ from rest_framework.test import APIClient
 from runs_app.execution.host import host
 from runs_app.models import Run
 from runs_app.services.runs import start_run
+from runs_app.tools import TOOLS
 from sessions_app.services.sessions import create_session
 from tests.e2e.shared import SERVER_FIXTURES, stop_shared
 from tests.support import fast_db
@@ -180,6 +182,29 @@ def wait_until(
             return value
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def waiting(monkeypatch) -> threading.Event:  # noqa: ANN001
+    """Set when a run's ``wait`` tool begins (a hook on the tool, which the loop looks up by
+    name when it calls it): a test that acts while a run waits (a cancel mid-step, a look at
+    what a batch wrote before its next tool) acts then, not after a guess of time. Every
+    tool before it in the step has ended, and what the checkpoint mode writes after a tool
+    is written."""
+    started = threading.Event()
+    tool = TOOLS["wait"]
+    assert tool.afn is not None
+
+    async def afn(ctx, args):  # noqa: ANN001, ANN202
+        started.set()
+        return await tool.afn(ctx, args)
+
+    def fn(ctx, args):  # noqa: ANN001, ANN202
+        started.set()
+        return tool.fn(ctx, args)
+
+    monkeypatch.setitem(TOOLS, "wait", dataclasses.replace(tool, fn=fn, afn=afn))
+    return started
 
 
 def runs_idle(session_id: str) -> bool:

@@ -9,13 +9,14 @@ from django.db import transaction
 
 from core.ids import message_id, part_id, session_id
 from realtime import events
+from tests.support.waits import subscribed
 
 
 async def _subscribe(sid: str):
     layer = channel_layers.make_backend("default")
     channel = await layer.new_channel()
     await layer.group_add(events.group_name(sid), channel)
-    await asyncio.sleep(0.2)  # let the subscription reach the server
+    await subscribed(events.group_name(sid))  # the server delivers to it from now on
     return layer, channel
 
 
@@ -41,7 +42,7 @@ async def test_deltas_are_coalesced_into_frames_in_order(settings):
         )
         offset += len(word)
         if i % 10 == 9:
-            await asyncio.sleep(0.06)
+            await asyncio.sleep(0.06)  # scenario: a pause past the frame between bursts
     events.publish(sid, events.PART_UPDATED, part={"id": pid, "text": "".join(words)})
     got = await _receive_until(layer, channel, events.PART_UPDATED)
     deltas = [e for e in got if e["type"] == events.TEXT_DELTA]
@@ -100,7 +101,7 @@ async def test_each_event_names_the_one_before_it(settings):
     for i in range(12):
         events.publish_delta(sid, message_id="m", part_id="p", offset=i, text="x", reasoning=False)
         if i % 4 == 3:
-            await asyncio.sleep(0.03)
+            await asyncio.sleep(0.03)  # scenario: a pause past the frame, deltas in frames
     events.publish(sid, events.PART_UPDATED, part={"id": "p", "text": "x" * 12})
     events.publish(sid, events.RUN_UPDATED, run={"id": "run_x", "status": "completed"})
     got = await _receive_until(layer, channel, events.RUN_UPDATED)

@@ -4,18 +4,20 @@ writers."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import pytest
 
 from realtime import events
-from runs_app.execution.host import run_agent
+from runs_app.execution.host import host, run_agent
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from sessions_app.models import Part, Session
 from sessions_app.services import lock
 from sessions_app.services.sessions import create_session
+from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,6 +31,17 @@ def text_of(session: Session) -> str:
             session=session, type="text", message__role="assistant"
         ).order_by("id")
     )
+
+
+def _text_pending(run_id: str) -> bool:
+    """Whether the host's streamed-text writer still holds text of ``run_id`` or writes a
+    batch: looked at on the host's loop, between two of its steps."""
+
+    async def look() -> bool:
+        texts = host.texts
+        return texts.busy() or any(c.run_id == run_id for _, c in texts.texts.values())
+
+    return asyncio.run_coroutine_threadsafe(look(), host.ensure()).result(10)
 
 
 def test_a_heartbeat_that_cannot_renew_stops_the_run_and_a_second_worker_finishes_it(
@@ -59,7 +72,9 @@ def test_a_heartbeat_that_cannot_renew_stops_the_run_and_a_second_worker_finishe
     assert run.status == Run.Status.RUNNING, "it stopped; it did not finish unrenewed"
     written = text_of(session)
     assert len(written.split()) < 40
-    time.sleep(1.0)
+    # Nothing of it is left for the streamed-text writer, nor in a batch it is writing: its
+    # text stays as the loop left it.
+    wait_until(lambda: not _text_pending(run.id), 10, "the text writer done with the run")
     assert text_of(session) == written, "nothing written after the loop stopped"
     assert not (session.worktree / "log.txt").exists()
 
@@ -94,13 +109,9 @@ def _queued_behind(owner) -> tuple[Session, Run, Run]:  # noqa: ANN001
 def test_a_queued_run_is_handed_the_session_by_the_one_that_finishes(owner):
     """The hand-over is lifecycle's: the queued run starts when the holder ends."""
     session, first, second = _queued_behind(owner)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        second.refresh_from_db()
-        if second.is_terminal:
-            break
-        time.sleep(0.05)
+    wait_until(lambda: Run.objects.get(id=second.id).is_terminal, 20, "the second run's end")
     first.refresh_from_db()
+    second.refresh_from_db()
     assert first.status == second.status == Run.Status.COMPLETED
     assert first.finished_at <= second.started_at
     session.refresh_from_db()
@@ -122,9 +133,7 @@ def test_busy_is_said_once_per_run_by_what_gives_it_the_session(owner, monkeypat
 
     monkeypatch.setattr(events.publisher, "publish", spy)
     session, first, second = _queued_behind(owner)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not (said and said[-1][0] == "idle"):
-        time.sleep(0.05)
+    wait_until(lambda: said and said[-1][0] == "idle", 20, "the session idle")
     assert said == [("busy", first.id), ("busy", second.id), ("idle", None)]
     session.refresh_from_db()
     first.refresh_from_db()

@@ -4,7 +4,6 @@ tokens, event fan-out, queue depth and lock waits reflect what happened."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 
@@ -22,6 +21,7 @@ from runs_app.execution.runtime import TASK_NAME
 from runs_app.models import Run
 from sessions_app.models import Message
 from tests.conftest import client_for, new_session, run_turn
+from tests.support.waits import subscribed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -169,7 +169,7 @@ async def test_an_event_sent_to_a_websocket_is_observed_in_the_fanout_histogram(
     connected, _ = await communicator.connect(timeout=5)
     assert connected
     assert "subscribed" in await communicator.receive_from(timeout=5)
-    await asyncio.sleep(0.2)  # the subscription reaches Redis
+    await subscribed(events.group_name(sid))  # Redis delivers to this process from now on
     for status in ("busy", "idle", "busy"):
         events.publish(sid, events.SESSION_STATUS, status=status, run_id=None)
     for _ in range(3):

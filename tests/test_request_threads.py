@@ -67,9 +67,12 @@ async def test_a_thread_still_running_a_left_request_s_view_is_not_given_to_the_
     release = threading.Event()
     threads_seen: list[int] = []
     left: list[asyncio.Future] = []
+    loop = asyncio.get_running_loop()
+    entered = asyncio.Event()
 
     def slow_view() -> None:
         threads_seen.append(threading.get_ident())
+        loop.call_soon_threadsafe(entered.set)
         release.wait(10)
 
     async def app(scope, receive, send):  # noqa: ANN001, ANN202
@@ -78,8 +81,7 @@ async def test_a_thread_still_running_a_left_request_s_view_is_not_given_to_the_
             # the view's call goes on on its thread (as a shielded run view does).
             view = asyncio.ensure_future(sync_to_async(slow_view)())
             left.append(view)
-            while not threads_seen:
-                await asyncio.sleep(0.01)
+            await asyncio.wait_for(entered.wait(), 10)
             return
         await sync_to_async(lambda: threads_seen.append(threading.get_ident()))()
 
@@ -122,7 +124,7 @@ async def test_a_waiting_request_gives_its_thread_back_until_its_next_call():
 
 async def test_a_request_without_a_synchronous_part_takes_no_thread():
     async def app(scope, receive, send):  # noqa: ANN001, ANN202
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # scenario: an await, but nothing synchronous (no time passes)
 
     threads = RequestThreads(app)
     await threads(_http(), _nothing_received, _sent)

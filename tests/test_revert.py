@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import subprocess
-import time
 
 import pytest
 from django.db import connection
@@ -12,7 +11,7 @@ from runs_app.execution.loop import start as loop_start
 from runs_app.models import Run
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path
-from tests.conftest import run_turn
+from tests.conftest import run_turn, wait_until
 from tests.support.planting import planted
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -259,10 +258,7 @@ def test_history_moves_answer_409_while_a_run_streams(api, sid):
         assert response.json()["error"]["type"] == "SessionBusyError"
     assert (worktree / "a.txt").read_text() == "one"
     assert Session.objects.get(id=sid).revert is None
-    deadline = time.monotonic() + 10
-    while Run.objects.get(id=running["id"]).status != "completed":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: Run.objects.get(id=running["id"]).status == "completed", 10, "the run's end")
 
 
 def test_foreign_messages_and_sessions_answer_404(api, outsider_api, sid):
@@ -293,22 +289,16 @@ def test_the_diff_of_a_turn_and_of_the_session(api, sid):
     ]
 
 
-def test_an_aborted_step_still_records_its_snapshot_and_patch(api, sid):
+def test_an_aborted_step_still_records_its_snapshot_and_patch(api, sid, waiting):
     run = api.post(
         f"/api/sessions/{sid}/runs/",
         {"messages": [{"role": "user", "content": "write a.txt x\nwait 30"}]},
         format="json",
     ).json()
     worktree = Session.objects.get(id=sid).worktree
-    deadline = time.monotonic() + 10
-    while not (worktree / "a.txt").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    time.sleep(0.2)
+    assert waiting.wait(10), "the write done, the wait begun: cancelled mid-step"
     api.post(f"/api/runs/{run['id']}/cancel/")
-    while Run.objects.get(id=run["id"]).status != "cancelled":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(lambda: Run.objects.get(id=run["id"]).status == "cancelled", 10, "the cancel")
     step = Message.objects.get(session_id=sid, role="assistant")
     kinds = [p.type for p in Part.objects.filter(message=step).order_by("order")]
     assert kinds == ["step-start", "tool", "tool", "step-finish", "patch"]

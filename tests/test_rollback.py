@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from runs_app.models import Run
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path
-from tests.conftest import run_turn
+from tests.conftest import run_turn, runs_idle, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -97,10 +96,7 @@ def test_bad_num_turns_busy_and_pending_revert(api, sid):
     )
     busy = rollback(api, sid, 1)
     assert busy.status_code == 409 and busy.json()["error"]["type"] == "SessionBusyError"
-    import time
-
-    while Run.objects.filter(session_id=sid).exclude(status__in=Run.TERMINAL).exists():
-        time.sleep(0.05)
+    wait_until(lambda: runs_idle(sid), what="the run's end")
 
 
 def test_an_outsider_cannot_roll_back(outsider_api, sid):

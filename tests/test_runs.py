@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from django.contrib.auth.models import User
@@ -159,11 +158,11 @@ def test_a_path_escape_ends_as_a_tool_error(api, tmp_path):
 def test_cancel_stops_the_run_and_keeps_its_output(api):
     sid = new_session(api)
     run = prompt(api, sid, "say started\nwait 30").json()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if Part.objects.filter(message__run_id=run["id"], type="tool").exists():
-            break
-        time.sleep(0.05)
+    wait_until(
+        lambda: Part.objects.filter(message__run_id=run["id"], type="tool").exists(),
+        timeout=10,
+        what="the wait on record",
+    )
     response = api.post(f"/api/runs/{run['id']}/cancel/", {}, format="json")
     assert response.status_code == 202
     wait_idle(sid)
@@ -295,15 +294,11 @@ def test_a_second_run_compiles_no_update_of_its_run(owner, settings):
     [("runs", 0, 0), ("tool-batch", 0, 2), ("tool", 1, 2)],
 )
 def test_checkpoint_modes_decide_when_tool_rows_are_written(
-    api, mode, written_mid_batch, recorded_mid_batch
+    api, mode, written_mid_batch, recorded_mid_batch, waiting
 ):
     sid = api.post("/api/sessions/", {"checkpoint": mode}, format="json").json()["id"]
-    worktree = Session.objects.get(id=sid).worktree
     run = prompt(api, sid, "write a.txt x\nwait 1").json()
-    deadline = time.monotonic() + 10
-    while not (worktree / "a.txt").exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    time.sleep(0.2)  # the write is done, the wait is running: mid-batch
+    assert waiting.wait(10), "the write is done, the wait is running: mid-batch"
     completed = Part.objects.filter(
         message__run_id=run["id"], type="tool", state__status="completed"
     ).count()

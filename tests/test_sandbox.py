@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from runs_app.tools import TOOLS, ToolContext, ToolError, ToolInterrupted, available_tools
+from tests.conftest import wait_until
 from workspace import sandbox, worktree_usage
 
 pytestmark = pytest.mark.skipif(
@@ -172,10 +173,7 @@ def test_a_stop_kills_the_whole_tree_at_once_and_keeps_the_output(worktree):
     stopped = time.monotonic()
     assert stopped - stop_at < 0.3, f"took {stopped - stop_at:.2f}s to stop"
     assert info.value.output == "started\n" and outputs == ["started\n"]
-    deadline = time.monotonic() + 1.0
-    while _alive(marker) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert _alive(marker) == [], "no process of the command outlives the stop"
+    wait_until(lambda: _alive(marker) == [], 1.0, "no process of the command left after the stop")
 
 
 def test_output_arrives_while_the_command_runs(worktree):

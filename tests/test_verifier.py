@@ -5,7 +5,6 @@ own, which a revert then undoes like any other."""
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -13,7 +12,7 @@ from django.utils import timezone
 
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.services import verify
-from tests.conftest import new_session, run_turn
+from tests.conftest import new_session, run_turn, wait_until
 from workspace import change_journal, snapshots
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -45,8 +44,8 @@ def test_what_no_writer_said_is_found_by_the_verifier_and_recorded_as_a_step(api
     monkeypatch.setattr(change_journal, "VERIFY_SECONDS", 0)
     monkeypatch.setattr(verify, "IDLE_SECONDS", 0)
     monkeypatch.setattr(verify, "SWEEP_SECONDS", 0)
-    time.sleep(0.01)
-    assert sid in verify.due()
+    # Due once the clock has passed the journal's write (its file's time, coarser than ours).
+    wait_until(lambda: sid in verify.due(), 5, "the session due a walk")
     assert verify.verify_due() == {sid: ["planted.txt"]}
 
     session.refresh_from_db()
@@ -91,8 +90,7 @@ def test_a_deleted_session_is_never_due_and_leaves_no_journal(api, monkeypatch):
     monkeypatch.setattr(verify, "IDLE_SECONDS", 0)
     monkeypatch.setattr(verify, "SWEEP_SECONDS", 0)
     (session.worktree / "planted.txt").write_text("x\n")
-    time.sleep(0.01)
-    assert sid in verify.due()
+    wait_until(lambda: sid in verify.due(), 5, "the session due a walk")
     assert api.delete(f"/api/sessions/{sid}/").status_code == 204
     assert verify.due() == [] and verify.verify_due() == {}
     assert not change_journal.home(session.worktree).exists()

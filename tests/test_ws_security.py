@@ -10,7 +10,6 @@ site's socket with its cookie, nor the reverse)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
@@ -27,6 +26,7 @@ from realtime import events
 from realtime.ws_origin import origin_allowed
 from sessions_app.models import Session
 from tests.conftest import client_for
+from tests.support.waits import subscribed, until
 
 INTERVAL = 0.3
 # The close must come within one interval of the change, plus the recheck's queries on a
@@ -194,7 +194,7 @@ async def test_an_untouched_socket_stays_open_and_keeps_receiving(sid, token, co
     # Someone else's credentials changing touch neither socket.
     await sync_to_async(lambda: User.objects.filter(pk=outsider.pk).update(is_active=False))()
     await _stays_open(by_token, 5 * INTERVAL)
-    await asyncio.sleep(0.2)  # let the subscriptions reach Redis
+    await subscribed(events.group_name(sid))  # Redis delivers to this process from now on
     events.publish(sid, events.SESSION_STATUS, status="idle", run_id=None)
     for communicator in (by_token, by_cookie):
         event = json.loads(await communicator.receive_from(timeout=5))
@@ -220,7 +220,7 @@ async def test_a_cookie_socket_s_frames_go_to_the_server_without_a_session_wrapp
 
     monkeypatch.setattr(InstanceSessionWrapper, "send", counted)
     by_cookie = await _subscribed(f"/ws/sessions/{sid}/", _cookie_header(cookie))
-    await asyncio.sleep(0.2)  # let the subscription reach Redis
+    await subscribed(events.group_name(sid))  # Redis delivers to this process from now on
     events.publish(sid, events.SESSION_STATUS, status="idle", run_id=None)
     event = json.loads(await by_cookie.receive_from(timeout=5))
     assert event["type"] == events.SESSION_STATUS
@@ -244,8 +244,7 @@ async def test_the_watch_forgets_the_socket_and_ends_with_the_last(sid, token):
     watch = watch_for_this_loop()
     assert len(watch.sockets) == 1 and not watch.task.done()
     await communicator.disconnect()
-    await asyncio.sleep(2 * INTERVAL)
-    assert watch.sockets == {} and watch.task.done()
+    await until(lambda: watch.sockets == {} and watch.task.done(), 10, "the watch to end")
 
 
 async def test_one_recheck_serves_every_socket_of_the_process(sid, token, monkeypatch):
@@ -262,8 +261,8 @@ async def test_one_recheck_serves_every_socket_of_the_process(sid, token, monkey
 
     monkeypatch.setattr(socket_watch, "still_allowed", counted)
     sockets = [await _subscribed(f"/ws/sessions/{sid}/?token={token}", HOST) for _ in range(5)]
-    await asyncio.sleep(3 * INTERVAL)
-    assert calls and max(calls) == 5
+    await until(lambda: calls and max(calls) == 5, 10, "one recheck of the five sockets")
+    assert max(calls) == 5
     for communicator in sockets:
         await communicator.disconnect()
 
