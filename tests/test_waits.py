@@ -187,7 +187,7 @@ def test_waiting_requests_and_streams_hold_no_database_connection(owner):
                     and not name.startswith(HOST_THREADS)
                 )
             assert held == [], f"connections held while waiting, by: {held}"
-            time.sleep(0.2)
+            time.sleep(0.2)  # scenario: samples spread over the waits (held throughout)
         for t in threads:
             t.join(30)
     finally:

@@ -6,6 +6,7 @@ import contextlib
 import json
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -39,19 +40,26 @@ class Events:
         except ConnectionClosed:
             pass
 
-    def wait_for_run_end(self, run_id: str, timeout: float = 60.0) -> dict:
+    def wait_for(self, accept: Callable[[dict], bool], what: str, timeout: float = 60.0) -> dict:
+        """The first event ``accept`` takes, once it has arrived (the reader notifies)."""
         deadline = time.monotonic() + timeout
         with self.arrived:
             while True:
                 for ev in self.events:
-                    run = ev.get("run") or {}
-                    ours = ev["type"] == "run.updated" and run.get("id") == run_id
-                    if ours and run.get("status") in TERMINAL:
-                        return run
+                    if accept(ev):
+                        return ev
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise AssertionError(f"run {run_id} did not end; events: {self.events[-5:]}")
+                    raise AssertionError(f"no event of {what}; events: {self.events[-5:]}")
                 self.arrived.wait(left)
+
+    def wait_for_run_end(self, run_id: str, timeout: float = 60.0) -> dict:
+        def ended(ev: dict) -> bool:
+            run = ev.get("run") or {}
+            ours = ev["type"] == "run.updated" and run.get("id") == run_id
+            return ours and run.get("status") in TERMINAL
+
+        return self.wait_for(ended, f"run {run_id}'s end", timeout)["run"]
 
     def close(self) -> None:
         self._stack.close()
@@ -80,7 +88,12 @@ def run_the_flow(host: str, token: str, outsider_token: str, workspace: Path) ->
     assert started.status_code == 202, started.text
     run = events.wait_for_run_end(started.json()["id"])
     assert run["status"] == "completed", run
-    time.sleep(0.2)
+    # The session's idle comes after the run's end: every event of the run has arrived then.
+    events.wait_for(
+        lambda ev: ev["type"] == "session.status" and ev.get("status") == "idle",
+        "the session idle",
+        30,
+    )
     got = list(events.events)
     seqs = [e["seq"] for e in got]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), "seq increases per session"

@@ -49,7 +49,7 @@ def test_an_approval_after_every_worker_restarted_completes_the_run(procs, tmp_p
         assert _run(http, run_id)["status"] == "requires_action"
         assert http.get(f"/api/sessions/{sid}/").json()["status"] == "waiting"
         procs.worker(env, tmp_path)
-        time.sleep(3)
+        time.sleep(3)  # its sweeps pass (another process: no trace to wait on) and leave it be
         assert _run(http, run_id)["status"] == "requires_action", "a new worker leaves it be"
         answer = http.post(
             f"/api/runs/{run_id}/approve/", json={"part_id": call["part_id"], "decision": "allow"}

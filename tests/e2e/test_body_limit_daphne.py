@@ -10,8 +10,10 @@ wrote (``wchar`` of /proc/<pid>/io: the spooled body is all of it)."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import socket
 import time
 import zipfile
@@ -24,6 +26,7 @@ from django.contrib.auth.models import User
 from rest_framework.authtoken.models import Token
 
 from config.body_limit import FRAMING, limit_for
+from tests.conftest import wait_until
 
 from .stack import Processes, base_env, services_database_url
 
@@ -59,6 +62,26 @@ def _written(pid: int) -> int:
         if line.startswith("wchar:"):
             return int(line.split()[1])
     raise AssertionError("no wchar in /proc/<pid>/io")
+
+
+def _holds_connection_from(pid: int, client_port: int) -> bool:
+    """Whether process ``pid`` still has open the socket of its connection from our
+    ``client_port`` (its inode among the process's descriptors): once it has not, it reads,
+    and so spools, nothing more of that request."""
+    fds = Path(f"/proc/{pid}/fd")
+    inodes = set()
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):
+            target = os.readlink(fd)
+            if target.startswith("socket:["):
+                inodes.add(target[len("socket:[") : -1])
+    for table in ("tcp", "tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                if int(fields[2].rsplit(":", 1)[1], 16) == client_port and fields[9] in inodes:
+                    return True
+    return False
 
 
 def _connect(host: str) -> socket.socket:
@@ -119,8 +142,10 @@ def test_it_stops_reading_a_chunked_body_at_the_limit(daphne, path, limit):
     except (BrokenPipeError, ConnectionResetError, TimeoutError):
         pass  # the server stopped reading (a timeout: its buffers full, the socket unread)
     answer, closed = _answer(sock)
+    client_port = sock.getsockname()[1]
     sock.close()
-    time.sleep(0.2)  # the server's side of the close
+    # The server's side of the close: its socket gone, it spools nothing more.
+    wait_until(lambda: not _holds_connection_from(pid, client_port), 10, "Daphne's close")
     spooled = _written(pid) - written
     print(f"{path}: limit {limit:,}, sent {sent:,}, Daphne wrote {spooled:,} bytes")
     # Past the limit only what the kernel's buffers took (64 MiB was read to the end before).

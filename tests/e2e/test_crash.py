@@ -80,7 +80,7 @@ def test_a_killed_worker_s_runs_resume_without_running_a_tool_twice(procs, tmp_p
                     return ready(worktree) if ready else streamed_some()
 
                 wait_until(started, 30, f"{label} to start")
-                time.sleep(0.3)
+                time.sleep(0.3)  # scenario: the kill lands a little way into the run
                 persisted = {
                     p["id"]
                     for m in http.get(f"/api/sessions/{sid}/messages/").json()["results"]

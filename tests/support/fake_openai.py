@@ -147,7 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
         for item in answer.chunks:
             self._chunk(f"data: {json.dumps(item)}\n\n")
             if answer.delay:
-                time.sleep(answer.delay)
+                time.sleep(answer.delay)  # scenario: a model that streams slowly
         if answer.drop:
             self.wfile.flush()
             self.connection.shutdown(socket.SHUT_RDWR)
