@@ -6,10 +6,14 @@ config/settings.py (which keeps ``RUN_EXECUTOR``: the mode is decided there)."""
 from __future__ import annotations
 
 import os
+import socket
 
 AGENT_MAX_STEPS = int(os.environ.get("AGENT_MAX_STEPS", "25"))
 # Lease of the per-session busy lock; the running loop renews it every third of this.
 RUN_LEASE_SECONDS = float(os.environ.get("RUN_LEASE_SECONDS", "30"))
+# The name of this process's worker host (sessions_app/hosts.py): its sessions' runs and
+# clones go to its Celery queue; a host is live while it beat within the lease.
+WORKER_HOST = os.environ.get("WORKER_HOST") or socket.gethostname()
 # A run whose lease was not known renewed for this fraction of a lease stops (before the
 # lease can lapse and the sweep give the run to another worker).
 RUN_LEASE_STOP_FRACTION = float(os.environ.get("RUN_LEASE_STOP_FRACTION", "0.75"))

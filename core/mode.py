@@ -47,8 +47,18 @@ class _Sent:
 _NO_RESULT: dict[str, Any] = {"ignore_result": True, "result_cls": _Sent}
 
 
-def send_task(name: str, args: list[Any], task_id: str | None = None) -> None:
+def host_queue(host: str) -> str:
+    """The Celery queue of the worker host ``host`` (``WORKER_HOST``), which every worker of
+    that name consumes beside the default queue (config/celery.py): inside ``CELERY_QUEUE``,
+    so that deployments sharing one Redis stay apart."""
+    return f"{settings.CELERY_TASK_DEFAULT_QUEUE}.host.{host}"
+
+
+def send_task(
+    name: str, args: list[Any], task_id: str | None = None, queue: str | None = None
+) -> None:
     """Send the Celery task ``name`` (services mode), by name: the sender needs no import of
     the task. The project's Celery app (config/celery.py) is the current one once Django is
-    set up."""
-    current_app.send_task(name, args=args, task_id=task_id, **_NO_RESULT)
+    set up. ``queue``: a host's (``host_queue``); None, the default queue."""
+    routing = {"queue": queue} if queue else {}
+    current_app.send_task(name, args=args, task_id=task_id, **routing, **_NO_RESULT)

@@ -247,6 +247,7 @@ def _start(locked: Session, run: Run) -> bool:
         unless_aborted=True,
         started_at=now,
         attempts=1,
+        host=settings.WORKER_HOST,
     )
     if not started:  # a cancel sets its flag without the session row: it came in between
         finish_unstarted(run)
@@ -286,7 +287,9 @@ def _take_over(locked: Session, run: Run) -> Begun | None:
     # Not a move: running stays running (its status cannot change under this lock), under a
     # new epoch — the old execution, if it is only stopped and not dead, is fenced out.
     Run.objects.filter(id=run.id).update(
-        attempts=F("attempts") + 1, lease_epoch=F("lease_epoch") + 1
+        attempts=F("attempts") + 1,
+        lease_epoch=F("lease_epoch") + 1,
+        host=settings.WORKER_HOST,
     )
     run.attempts += 1
     run.lease_epoch += 1

@@ -66,6 +66,8 @@ class Run(models.Model):
     usage = models.JSONField(default=dict, blank=True)
     task_id = models.CharField(max_length=64, blank=True, default="")
     attempts = models.PositiveIntegerField(default=0)
+    # The worker host (``WORKER_HOST``) of its last execution: where it began or was taken over.
+    host = models.CharField(max_length=100, blank=True, default="")
     # Incremented by every execution's ``lifecycle.begin``: each write of an execution is
     # conditional on the epoch it began under (runs_app/execution/fencing.py).
     lease_epoch = models.PositiveIntegerField(default=0)

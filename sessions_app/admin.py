@@ -13,7 +13,7 @@ from django.utils.html import format_html
 
 from core.errors import AppError
 
-from . import permissions
+from . import host_admin, permissions  # noqa: F401 - host_admin registers the hosts' admin
 from .models import HistoryEvent, Message, Part, Session, Share
 from .selectors import active_path
 from .services import cleanup as cleanup_services
@@ -155,7 +155,7 @@ class SessionAdmin(OwnedAdmin):
     # is a filter (and on the change page).
     list_display = ("session", "owner", "state", "message_count", "shared", "created")
     list_display_links = None  # the session column links to the change page itself
-    list_filter = ("status", RevertFilter, SharedFilter, ForkFilter, "model")
+    list_filter = ("status", RevertFilter, SharedFilter, ForkFilter, "model", "host")
     search_fields = ("id", "title", "owner__username")
     list_select_related = ("owner",)
     # A related session renders as its str() (with its title): shown by ``forked_from``.

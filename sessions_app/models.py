@@ -59,12 +59,15 @@ class Session(models.Model):
     # "depth", "commit", "credential_id", "error"?} or {"type": "upload", "name", "files"}, or
     # {"type": "share"} / {"type": "admin"} for another user's copy (its origin stays theirs).
     source = models.JSONField(default=dict, blank=True)
+    # Its home host's name (``Host``, sessions_app/hosts.py): its runs and clone go to that
+    # host's queue. Blank: any host (sessions from before hosts, or none was live).
+    host = models.CharField(max_length=100, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["-id"]
-        indexes = [models.Index(fields=["owner", "-id"])]
+        indexes = [models.Index(fields=["owner", "-id"]), models.Index(fields=["host"])]
 
     def __str__(self) -> str:
         return f"{self.id} {self.title}".strip()
@@ -240,3 +243,25 @@ class Credential(models.Model):
     def address(self) -> str:
         """Where it is sent, as a URL starts: ``https://git.example.com:443``."""
         return f"{self.scheme}://{self.host}:{self.port}"
+
+
+class Host(models.Model):
+    """A worker host (``WORKER_HOST``): the processes of that name beat here every half lease
+    (sessions_app/hosts.py); live while the last beat is within ``RUN_LEASE_SECONDS``. New
+    sessions are placed on live hosts. The rest is for the admin: the last process that beat,
+    and the disk of its ``WORKSPACE_ROOT``."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+    started_at = models.DateTimeField(default=timezone.now)
+    last_heartbeat = models.DateTimeField(default=timezone.now)
+    version = models.CharField(max_length=40, blank=True, default="")
+    pid = models.PositiveIntegerField(default=0)
+    workspace_root = models.CharField(max_length=500, blank=True, default="")
+    disk_total = models.BigIntegerField(default=0)
+    disk_free = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name

@@ -10,10 +10,11 @@ from celery import Celery, current_app
 from runs_app.execution import runtime
 
 
-def test_a_run_is_enqueued_without_a_result_backend(settings, monkeypatch):
+def test_a_run_is_enqueued_without_a_result_backend(settings, monkeypatch, db):
     """No result of the run's task is ever read (a run's outcome is its row), so the send
     neither builds Celery's result backend (per thread, and a request's thread is new each
-    time under ASGI) nor asks the worker to store a result."""
+    time under ASGI) nor asks the worker to store a result. (``db``: the send reads the
+    home host of the run's session; this run has none, so the default queue.)"""
     settings.RUN_EXECUTOR = "celery"
     queue = f"agentplat-enqueue-{uuid.uuid4().hex[:8]}"  # no worker reads it
     default = current_app.conf.task_default_queue

@@ -679,4 +679,5 @@ def test_export_and_import_take_as_many_queries_for_a_long_session(api, settings
             assert export(api, sid, "markdown").status_code == 200
         counts.append((len(exported), len(imported), len(markdown)))
     assert counts[0] == counts[1], counts
-    assert counts[0][0] <= 8 and counts[0][1] <= 12 and counts[0][2] <= 7, counts
+    # The import's 13: one of them places the new session on a host (sessions_app/hosts.py).
+    assert counts[0][0] <= 8 and counts[0][1] <= 13 and counts[0][2] <= 7, counts

@@ -31,7 +31,9 @@ from django.db import transaction
 from core import mode
 from core.mode import embedded, in_process, redis_url
 from realtime.events import publisher
+from sessions_app import hosts
 
+from ..models import Run
 from . import abort_bus as buses
 
 log = logging.getLogger(__name__)
@@ -55,7 +57,14 @@ def enqueue(run_id: str) -> None:
     if in_process():
         _local.put(run_id)  # taken by this process's run host (``host.take_local_runs``)
         return
-    mode.send_task(TASK_NAME, [run_id], task_id=run_id)
+    mode.send_task(TASK_NAME, [run_id], task_id=run_id, queue=_queue_of(run_id))
+
+
+def _queue_of(run_id: str) -> str | None:
+    """The queue of the run's session's home host, or None (the default queue): see
+    sessions_app/hosts.py."""
+    session_id = Run.objects.filter(id=run_id).values_list("session_id", flat=True).first()
+    return hosts.queue_for_session(session_id) if session_id else None
 
 
 def enqueue_on_commit(run_id: str) -> None:

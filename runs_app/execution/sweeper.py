@@ -14,6 +14,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from sessions_app import hosts
 from sessions_app.models import Session
 from sessions_app.services import verify
 from workspace import shared_checkouts
@@ -47,7 +48,8 @@ _sweeper_pid = 0
 
 
 def start_sweeper() -> None:
-    """A daemon thread that runs ``requeue_expired`` every half lease, once per process, and
+    """A daemon thread that beats for this process's worker host (``hosts.beat``: placement
+    and routing read it) and runs ``requeue_expired`` every half lease, once per process, and
     the verifier of idle worktrees (``verify.verify_due``) and the sweep of the checkouts clones
     share (``shared_checkouts.sweep_due``)."""
     global _sweeper_pid
@@ -58,6 +60,10 @@ def start_sweeper() -> None:
     def sweep() -> None:
         interval = max(1.0, settings.RUN_LEASE_SECONDS / 2)
         while True:
+            try:
+                hosts.beat()  # first, so that a host is live from its start
+            except Exception:
+                log.exception("the host's heartbeat failed")
             try:
                 requeued = requeue_expired()
                 if requeued:

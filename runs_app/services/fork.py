@@ -348,6 +348,7 @@ def _new_session(
         forked_from_session=source,
         forked_from_message_id=leaf,
         source=_origin(source, user, kind),
+        host=source.host,  # the source's home: the hard-linked copy stays on one disk
     )
 
 

@@ -36,6 +36,7 @@ from django.utils import timezone
 
 from core import ids, models_catalog
 from core.errors import InvalidInput
+from sessions_app import hosts
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.services.sessions import check_session_quota, imported_title
 from workspace import snapshots, store, tree_objects
@@ -112,6 +113,7 @@ def _session(user, plan: ImportPlan, message_ids: dict[str, str]) -> Session:  #
         summary=data["summary"],
         usage=data["usage"],
         context_tokens=data["context_tokens"],
+        host=hosts.place(),  # a new session: placed like one (sessions_app/hosts.py)
     )
 
 

@@ -11,22 +11,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.db import connection, transaction
 
 from core import ids, mode
 
+from .. import hosts
 from ..models import Session
 from ..services import lock
 from . import fill
 
 log = logging.getLogger(__name__)
 PREPARE_TASK = "sessions_app.prepare_session"
-# Nothing announced to or stored in a result backend (a job's outcome is its session).
-_NO_RESULT: dict[str, Any] = {"ignore_result": True}
 
 
 def hold_for_clone(session: Session) -> str:
@@ -46,7 +43,9 @@ def enqueue_prepare(session_id: str, job: str) -> None:
                 target=prepare_and_close, args=(session_id, job), daemon=True, name=f"clone-{job}"
             ).start()
         else:
-            current_app.send_task(PREPARE_TASK, args=[session_id, job], **_NO_RESULT)
+            # To the session's home host (sessions_app/hosts.py), else the default queue.
+            queue = hosts.queue_for_session(session_id)
+            mode.send_task(PREPARE_TASK, [session_id, job], queue=queue)
     except Exception as exc:  # the broker is away: the clone fails with a sentence
         log.warning("session %s: could not enqueue the clone (%s)", session_id, exc)
         fill.fail(session_id, job, "The clone could not be started: try again.")

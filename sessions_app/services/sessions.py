@@ -14,6 +14,7 @@ from quotas_app import services as quotas
 from realtime import events
 from workspace import change_journal, snapshots
 
+from .. import hosts
 from ..models import HistoryEvent, Message, Session
 from ..repositories.checks import check_repository
 from ..repositories.jobs import hold_for_clone
@@ -53,6 +54,7 @@ def create_session(
             checkpoint=checkpoint,
             permissions=permissions or {},
             source=source,
+            host=hosts.place(),  # its home host: where its runs and clone go
         )
         session.worktree.mkdir(parents=True, exist_ok=True)
         if source:

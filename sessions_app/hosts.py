@@ -1,0 +1,104 @@
+"""Worker hosts and the home host of a session (issue 45, step 1).
+
+Every worker process (and the embedded server, the one host there) beats for its host
+``WORKER_HOST`` every half lease (``beat``, from the run sweeper's thread); a host is live
+while its last beat is within ``RUN_LEASE_SECONDS``. A new session is placed on the live host
+with the fewest sessions (``place``), a fork on its source's; its runs and its clone then go
+to that host's Celery queue (``queue_for``), which every worker of that name consumes beside
+the default queue (config/celery.py).
+
+Today every host still sees one ``WORKSPACE_ROOT`` (a shared volume), so a session whose
+home is not live (or that has none: blank, from before hosts) goes to the default queue and
+any worker takes it, as before. Later steps of issue 45 replace that fallback with
+re-homing, once hosts keep their worktrees on disks of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from django.conf import settings
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from core import mode
+
+from .models import Host, Session
+
+_started: dict[int, datetime] = {}  # this process's start, by pid (a forked child is new)
+
+
+def beat() -> None:
+    """Announce this process's host: the beat, this process's pid and version, and the disk
+    of its ``WORKSPACE_ROOT`` (one statvfs). The first beat of a process also moves
+    ``started_at``."""
+    now = timezone.now()
+    started = _started.setdefault(os.getpid(), now)
+    root = Path(settings.WORKSPACE_ROOT)
+    measured = next((p for p in (root, *root.parents) if p.is_dir()), root)  # made yet or not
+    try:
+        disk = shutil.disk_usage(measured)
+        total, free = disk.total, disk.free
+    except OSError:
+        total = free = 0
+    fields = {
+        "last_heartbeat": now,
+        "pid": os.getpid(),
+        "version": settings.SPECTACULAR_SETTINGS["VERSION"],
+        "workspace_root": str(root),
+        "disk_total": total,
+        "disk_free": free,
+    }
+    if started == now:
+        fields["started_at"] = now
+    Host.objects.update_or_create(name=settings.WORKER_HOST, defaults=fields)
+
+
+def live_since() -> datetime:
+    """Hosts that beat after this are live."""
+    return timezone.now() - timedelta(seconds=settings.RUN_LEASE_SECONDS)
+
+
+def live_hosts() -> QuerySet[Host]:
+    return Host.objects.filter(last_heartbeat__gte=live_since())
+
+
+def is_live(name: str) -> bool:
+    return bool(name) and live_hosts().filter(name=name).exists()
+
+
+def with_session_counts(hosts: QuerySet[Host]) -> QuerySet[Host]:
+    """``hosts`` with ``n_sessions``: how many sessions each is home to (deleted sessions have
+    no row), counted in the same query (the index on ``Session.host``)."""
+    homed = (
+        Session.objects.filter(host=OuterRef("name"))
+        .order_by()
+        .values("host")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return hosts.annotate(n_sessions=Coalesce(Subquery(homed), 0))
+
+
+def place() -> str:
+    """The home of a new session, in one query: the live host with the fewest sessions (ties
+    by name), or blank — any host — when none is live (embedded tests, a deployment before
+    its first beat). Two sessions created at the same instant may land on the same host: the
+    balance is approximate, never a lock every creation waits for."""
+    chosen = with_session_counts(live_hosts()).order_by("n_sessions", "name").first()
+    return chosen.name if chosen else ""
+
+
+def queue_for(host: str) -> str | None:
+    """The queue for work of a session whose home is ``host``: the host's own while it is
+    live; else None, the default queue (on today's shared volume any worker can take it)."""
+    return mode.host_queue(host) if is_live(host) else None
+
+
+def queue_for_session(session_id: str) -> str | None:
+    host = Session.objects.filter(id=session_id).values_list("host", flat=True).first()
+    return queue_for(host or "")

@@ -1,0 +1,90 @@
+"""Issue 45, step 1, through the real processes: Daphne and two Celery workers of different
+``WORKER_HOST`` on one machine and today's shared ``WORKSPACE_ROOT``. Sessions made through
+the API spread over the live hosts (the fewest sessions first), each run is executed by its
+session's host (``Run.host``), a host whose beat is older than the lease gets no session, a
+fork stays on its source's host, and a session with no host — or whose host died — still
+runs, on the other."""
+
+from __future__ import annotations
+
+import os
+import signal
+from datetime import timedelta
+
+import httpx
+import pytest
+from django.contrib.auth.models import User
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+
+from runs_app.models import Run
+from sessions_app import hosts
+from sessions_app.models import Host, Session
+from tests.conftest import wait_until
+
+from .stack import base_env, services_database_url
+
+pytestmark = pytest.mark.timeout(300)
+LEASE = 6  # a beat every 3 s; a host dead after 6 s without one
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sessions_live_on_their_hosts_and_their_runs_run_there(procs, tmp_path, settings):
+    settings.RUN_LEASE_SECONDS = LEASE  # liveness read here as the processes read it
+    env = base_env(
+        DATABASE_URL=services_database_url(),
+        REDIS_URL=settings.REDIS_URL,
+        WORKSPACE_ROOT=str(tmp_path / "ws"),
+        RUN_LEASE_SECONDS=str(LEASE),
+    )
+    token = Token.objects.create(user=User.objects.create_user("alice", password="pw")).key
+    http = httpx.Client(
+        base_url=f"http://{procs.daphne(env, tmp_path)}",
+        headers={"Authorization": f"Token {token}"},
+        timeout=60,
+    )
+    procs.worker({**env, "WORKER_HOST": "alpha"}, tmp_path)
+    beta = procs.worker({**env, "WORKER_HOST": "beta"}, tmp_path)
+    old = timezone.now() - timedelta(seconds=10 * LEASE)
+    Host.objects.create(name="gamma", last_heartbeat=old, started_at=old)  # long dead, empty
+    try:
+        wait_until(lambda: live() == {"alpha", "beta"}, 60, "both hosts to beat", every=0.2)
+
+        def new() -> str:
+            return http.post("/api/sessions/", json={"title": "t"}).json()["id"]
+
+        def run(sid: str) -> Run:
+            body = {"messages": [{"content": "write f.txt here\nsay done"}], "wait": True}
+            answer = http.post(f"/api/sessions/{sid}/runs/", json=body).json()
+            assert answer["status"] == "completed", answer
+            return Run.objects.get(id=answer["id"])
+
+        sessions = [new() for _ in range(4)]
+        homes = {sid: Session.objects.get(id=sid).host for sid in sessions}
+        assert sorted(homes.values()) == ["alpha", "alpha", "beta", "beta"]
+        for sid in sessions:
+            assert run(sid).host == homes[sid]  # executed by its own host's worker
+
+        on_beta = next(sid for sid in sessions if homes[sid] == "beta")
+        fork = http.post(f"/api/sessions/{on_beta}/fork/", json={}).json()["id"]
+        assert Session.objects.get(id=fork).host == "beta"  # not the emptier alpha
+        assert run(fork).host == "beta"
+        assert (tmp_path / "ws" / fork / "f.txt").read_text().startswith("here")
+
+        anywhere = new()
+        Session.objects.filter(id=anywhere).update(host="")  # as sessions from before hosts
+        assert run(anywhere).host in {"alpha", "beta"}
+
+        os.killpg(beta.pid, signal.SIGKILL)  # beta dies: it beats no more
+        beta.wait(10)
+        wait_until(lambda: live() == {"alpha"}, 30, "beta's beat to lapse", every=0.2)
+        assert Session.objects.get(id=new()).host == "alpha"
+        # On the shared volume a session whose host is dead goes to the default queue.
+        assert run(on_beta).host == "alpha"
+    except Exception:
+        print(procs.logs())
+        raise
+
+
+def live() -> set[str]:
+    return set(hosts.live_hosts().values_list("name", flat=True))
