@@ -3,7 +3,7 @@
 the API spread over the live hosts (the fewest sessions first), each run is executed by its
 session's host (``Run.host``), a host whose beat is older than the lease gets no session, a
 fork stays on its source's host, and a session with no host — or whose host died — still
-runs, on the other."""
+runs, on the other. A clone's prepare job waits in its host's queue for that host's worker."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from datetime import timedelta
 
 import httpx
 import pytest
+import redis
 from django.contrib.auth.models import User
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
@@ -21,6 +22,7 @@ from runs_app.models import Run
 from sessions_app import hosts
 from sessions_app.models import Host, Session
 from tests.conftest import wait_until
+from tests.support.git_server import git_server
 
 from .stack import base_env, services_database_url
 
@@ -84,6 +86,55 @@ def test_sessions_live_on_their_hosts_and_their_runs_run_there(procs, tmp_path, 
     except Exception:
         print(procs.logs())
         raise
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_clone_waits_in_its_hosts_queue_for_a_worker_of_that_host(procs, tmp_path, settings):
+    """The prepare job of a clone goes to its session's host's queue, not the default one:
+    while that host has no worker (only its beat), the job waits there, and the alpha worker
+    does not take it; the host's worker, once started, clones."""
+    settings.RUN_LEASE_SECONDS = LEASE
+    with git_server(tmp_path) as repos:
+        url = repos.make_repo("team/tool", {"README.md": "# tool\n"})
+        env = base_env(
+            DATABASE_URL=services_database_url(),
+            REDIS_URL=settings.REDIS_URL,
+            WORKSPACE_ROOT=str(tmp_path / "ws"),
+            RUN_LEASE_SECONDS=str(LEASE),
+            GIT_ALLOWED_HOSTS="127.0.0.1",
+            GIT_SSL_CAINFO=str(repos.ca_file),
+        )
+        token = Token.objects.create(user=User.objects.create_user("bob", password="pw")).key
+        http = httpx.Client(
+            base_url=f"http://{procs.daphne(env, tmp_path)}",
+            headers={"Authorization": f"Token {token}"},
+            timeout=60,
+        )
+        procs.worker({**env, "WORKER_HOST": "alpha"}, tmp_path)
+        try:
+            wait_until(lambda: live() == {"alpha"}, 60, "alpha to beat", every=0.2)
+            first = http.post("/api/sessions/", json={"title": "t"}).json()["id"]
+            assert Session.objects.get(id=first).host == "alpha"
+            Host.objects.create(name="ghost")  # beats now: live, and the emptier host
+            answer = http.post("/api/sessions/", json={"repository": {"url": url}})
+            sid = answer.json()["id"]
+            assert Session.objects.get(id=sid).host == "ghost", answer.text
+            queue = f"{env['CELERY_QUEUE']}.host.ghost"
+            broker = redis.Redis.from_url(settings.REDIS_URL)
+            wait_until(lambda: broker.llen(queue) == 1, 10, "the job in ghost's queue")
+            assert Session.objects.get(id=sid).status == Session.Status.PREPARING
+            procs.worker({**env, "WORKER_HOST": "ghost"}, tmp_path)
+            wait_until(
+                lambda: Session.objects.get(id=sid).status == Session.Status.IDLE,
+                60,
+                "ghost's worker to clone",
+                every=0.2,
+            )
+            assert broker.llen(queue) == 0
+            assert (tmp_path / "ws" / sid / "README.md").read_text() == "# tool\n"
+        except Exception:
+            print(procs.logs())
+            raise
 
 
 def live() -> set[str]:
