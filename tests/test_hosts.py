@@ -5,6 +5,7 @@ processes themselves: tests/e2e/test_hosts.py."""
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -97,6 +98,7 @@ def test_a_session_without_a_host_runs_and_each_run_records_its_host(api, settin
 def test_runs_and_clones_are_sent_to_their_hosts_queue(owner, settings, monkeypatch):
     sent = []
     settings.RUN_EXECUTOR = "celery"  # sent, not run here
+    monkeypatch.setattr(runtime, "_leaving", threading.Event())  # no drain of another test
     monkeypatch.setattr(
         mode.current_app, "send_task", lambda name, **kw: sent.append((name, kw.get("queue")))
     )
@@ -119,6 +121,12 @@ def test_runs_and_clones_are_sent_to_their_hosts_queue(owner, settings, monkeypa
         (runtime.TASK_NAME, None),
         (jobs.PREPARE_TASK, None),
     ]
+    # A stopping process (drain.py) hands its runs to any worker: its host's queue may have
+    # no other reader (tests/e2e/test_hosts.py stops a host mid-run).
+    sent.clear()
+    runtime.leaving()
+    runtime.enqueue(Run.objects.create(session=at_a).id)
+    assert sent == [(runtime.TASK_NAME, None)]
 
 
 @pytest.mark.parametrize("given", [None, "default"])

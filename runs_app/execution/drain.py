@@ -53,6 +53,7 @@ class Drain:
             return []
         try:
             host.closing = True
+            runtime.leaving()  # what it hands on goes to any host (sessions_app/hosts.py)
             wait = settings.RUN_DRAIN_SECONDS if seconds is None else seconds
             if host.loop is None or not _wait(host, wait, self.hurry):
                 return []

@@ -43,6 +43,7 @@ TASK_NAME = "runs_app.run_agent"
 _local: queue.SimpleQueue[str] = queue.SimpleQueue()
 _bus: buses.AbortBus | None = None
 _bus_lock = threading.Lock()
+_leaving = threading.Event()
 
 
 def local_runs() -> queue.SimpleQueue[str]:
@@ -57,7 +58,15 @@ def enqueue(run_id: str) -> None:
     if in_process():
         _local.put(run_id)  # taken by this process's run host (``host.take_local_runs``)
         return
-    mode.send_task(TASK_NAME, [run_id], task_id=run_id, queue=_queue_of(run_id))
+    queue = None if _leaving.is_set() else _queue_of(run_id)
+    mode.send_task(TASK_NAME, [run_id], task_id=run_id, queue=queue)
+
+
+def leaving() -> None:
+    """This process stops (drain.py): the runs it enqueues from now go to the default queue,
+    to any worker, not back to its host's queue, which no other process may read (one host
+    per container): on today's shared volume any host can run them."""
+    _leaving.set()
 
 
 def _queue_of(run_id: str) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from datetime import timedelta
 
 import httpx
@@ -135,6 +136,55 @@ def test_a_clone_waits_in_its_hosts_queue_for_a_worker_of_that_host(procs, tmp_p
         except Exception:
             print(procs.logs())
             raise
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stopping_host_hands_its_runs_to_another_host_at_once(procs, tmp_path, settings):
+    """SIGTERM to the one worker of host alpha mid-run (a deploy, one host per container):
+    its drain hands the run on to the default queue, not back to alpha's queue that no one
+    else reads, and beta takes it over at once, not after the lease (two minutes here)."""
+    lease = 120
+    settings.RUN_LEASE_SECONDS = lease
+    env = base_env(
+        DATABASE_URL=services_database_url(),
+        REDIS_URL=settings.REDIS_URL,
+        WORKSPACE_ROOT=str(tmp_path / "ws"),
+        RUN_LEASE_SECONDS=str(lease),
+        RUN_DRAIN_SECONDS="1",
+        CELERY_VISIBILITY_TIMEOUT="3600",  # the broker's re-delivery is not what saves it
+    )
+    token = Token.objects.create(user=User.objects.create_user("carol", password="pw")).key
+    http = httpx.Client(
+        base_url=f"http://{procs.daphne(env, tmp_path)}",
+        headers={"Authorization": f"Token {token}"},
+        timeout=60,
+    )
+    alpha = procs.worker({**env, "WORKER_HOST": "alpha"}, tmp_path)
+    try:
+        wait_until(lambda: live() == {"alpha"}, 60, "alpha to beat", every=0.2)
+        sid = http.post("/api/sessions/", json={"title": "t"}).json()["id"]
+        assert Session.objects.get(id=sid).host == "alpha"
+        script = "append long.txt x\npace 50\nsay " + " ".join(f"w{i}" for i in range(120))
+        run_id = http.post(f"/api/sessions/{sid}/runs/", json={"messages": [{"content": script}]})
+        run_id = run_id.json()["id"]
+        wait_until(lambda: Run.objects.get(id=run_id).host == "alpha", 30, "alpha to run it")
+        procs.worker({**env, "WORKER_HOST": "beta"}, tmp_path)
+        wait_until(lambda: live() == {"alpha", "beta"}, 60, "beta to beat", every=0.2)
+        asked = time.monotonic()
+        os.killpg(alpha.pid, signal.SIGTERM)
+        alpha.wait(30)
+
+        def ended() -> Run | None:
+            run = Run.objects.get(id=run_id)
+            return run if run.status in ("completed", "error", "cancelled") else None
+
+        run = wait_until(ended, lease / 2, "the run taken over", every=0.2)
+        assert run.status == "completed" and run.host == "beta" and run.attempts == 2
+        assert time.monotonic() - asked < lease / 2, "at once, not after its lease"
+        assert (tmp_path / "ws" / sid / "long.txt").read_text() == "x\n", "its tool ran once"
+    except Exception:
+        print(procs.logs())
+        raise
 
 
 def live() -> set[str]:
