@@ -160,6 +160,9 @@ def test_the_admin_shows_hosts_and_a_sessions_host(owner, settings):
     one = Session.objects.filter(host="a").first()
     change = browser.get(f"/admin/sessions_app/session/{one.pk}/change/").content.decode()
     assert "field-host" in change
+    run = Run.objects.create(session=one, host="a")
+    ran = browser.get(f"/admin/runs_app/run/{run.pk}/change/").content.decode()
+    assert "field-host" in ran  # where it executed
     staff = Client()
     staff.force_login(User.objects.create_user("staff", password="pw", is_staff=True))
     assert staff.get("/admin/sessions_app/host/").status_code == 403

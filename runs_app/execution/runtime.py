@@ -2,9 +2,10 @@
 
 The mode decides three things about runs, each provided from this module:
 
-* **where a run executes** (``enqueue``): a Celery task in services mode, this process's run
-  host in embedded mode (``RUN_EXECUTOR=thread``, which the in-process tests also use). Both
-  end on a run host (``host.py``): the Celery task hands the run to it, and in embedded mode
+* **where a run executes** (``enqueue``): a Celery task in services mode (sent to the queue
+  of its session's home host, sessions_app/hosts.py), this process's run host in embedded
+  mode (``RUN_EXECUTOR=thread``, which the in-process tests also use). Both end on a run
+  host (``host.py``): the Celery task hands the run to it, and in embedded mode
   the host's intake thread takes it from this module's local queue (``local_runs``), so that
   the host imports this module and never the other way;
 * **how an abort reaches a running loop** (``abort_bus``): Redis pub/sub across processes,
