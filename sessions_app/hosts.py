@@ -55,7 +55,13 @@ def beat() -> None:
     }
     if started == now:
         fields["started_at"] = now
-    Host.objects.update_or_create(name=settings.WORKER_HOST, defaults=fields)
+    # One upsert: the processes of one host may all beat for the first time at once.
+    Host.objects.bulk_create(
+        [Host(name=settings.WORKER_HOST, **fields)],
+        update_conflicts=True,
+        unique_fields=["name"],
+        update_fields=list(fields),
+    )
 
 
 def live_since() -> datetime:
