@@ -1,6 +1,6 @@
 """``python -m bench [--only NAME] [--quick]``: NAME in streaming, checkpoint, history, memory,
 sandbox, undo, snapshots, repo, abort, fork, load, render, paint, quota, branches, api,
-publish, whole_run, compiled, chaos.
+publish, whole_run, compiled, hosts, chaos.
 
 ``chaos`` (the chaos test at length: ``--minutes``, 30 by default) runs only when named with
 ``--only``; the others run by default.
@@ -45,6 +45,7 @@ BENCHES = (
     "fanout",
     "whole_run",
     "compiled",
+    "hosts",
     "chaos",
 )
 # Run only when named (``--only chaos``): half an hour of faults.
@@ -374,6 +375,7 @@ SIMPLE = (
     ("fanout", "web process CPU per websocket frame, before vs after", "fanout", True),
     ("whole_run", "a whole run writing one file, 50,000 files vs 10", "whole_run", True),
     ("compiled", "compiled statements vs the plain ORM, CPU per call", "compiled", True),
+    ("hosts", "replicated snapshots: a step's push to the central store", "hosts", False),
 )
 
 

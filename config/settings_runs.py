@@ -14,6 +14,13 @@ RUN_LEASE_SECONDS = float(os.environ.get("RUN_LEASE_SECONDS", "30"))
 # The name of this process's worker host (sessions_app/hosts.py): its sessions' runs and
 # clones go to its Celery queue; a host is live while it beat within the lease.
 WORKER_HOST = os.environ.get("WORKER_HOST") or socket.gethostname()
+# Replicated snapshots (workspace/replication.py): after each step and history move, the
+# session's snapshot is pushed to this central bare repository (https or ssh; empty: off).
+SNAPSHOT_REMOTE = os.environ.get("SNAPSHOT_REMOTE", "")
+SNAPSHOT_REMOTE_TOKEN = os.environ.get("SNAPSHOT_REMOTE_TOKEN", "")
+SNAPSHOT_REMOTE_SSH_KEY = os.environ.get("SNAPSHOT_REMOTE_SSH_KEY", "")
+SNAPSHOT_REMOTE_KNOWN_HOSTS = os.environ.get("SNAPSHOT_REMOTE_KNOWN_HOSTS", "")
+SNAPSHOT_REMOTE_TIMEOUT = float(os.environ.get("SNAPSHOT_REMOTE_TIMEOUT", "30"))
 # A run whose lease was not known renewed for this fraction of a lease stops (before the
 # lease can lapse and the sweep give the run to another worker).
 RUN_LEASE_STOP_FRACTION = float(os.environ.get("RUN_LEASE_STOP_FRACTION", "0.75"))

@@ -62,6 +62,11 @@ class Session(models.Model):
     # Its home host's name (``Host``, sessions_app/hosts.py): its runs and clone go to that
     # host's queue. Blank: any host (sessions from before hosts, or none was live).
     host = models.CharField(max_length=100, blank=True, default="")
+    # What the central store (``SNAPSHOT_REMOTE``, sessions_app/replicas.py) last received:
+    # the commit its ref names, the snapshot it wraps, when. Blank: nothing yet (or off).
+    replicated_commit = models.CharField(max_length=64, blank=True, default="")
+    replicated_snapshot = models.CharField(max_length=64, blank=True, default="")
+    replicated_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -51,6 +51,7 @@ from workspace import (
 )
 from workspace.unpack_checks import ArchiveRefused
 
+from .. import replicas
 from ..models import HistoryEvent, Message, Part, Session
 from ..selectors import session_data
 from ..services import lock
@@ -234,7 +235,10 @@ def _finish(
     files held a transaction open longer than PostgreSQL lets one idle."""
     after, index = _snapshot_staged(session_id, job, tree, seed=seed)
     try:
-        return _record_tree(session_id, job, tree, source, text, after, index)
+        recorded = _record_tree(session_id, job, tree, source, text, after, index)
+        # The first snapshot goes to the central store (off without SNAPSHOT_REMOTE).
+        replicas.replicate(session_id, snapshots.for_session(recorded), after)
+        return recorded
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(index)

@@ -18,6 +18,7 @@ from django.db import DatabaseError, transaction
 from core.errors import SessionBusyError
 from workspace import snapshots
 
+from .. import replicas
 from . import lock
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ class FilesFollow:
         and after the session row is locked. ``before``: the worktree's tree now."""
         self.snap, self.before = snap, before
         transaction.on_commit(self._mark_committed)
+        # The files as the move left them go to the central store (off without SNAPSHOT_REMOTE).
+        transaction.on_commit(lambda: replicas.after_move(self.session_id, snap))
         try:
             yield
         except BaseException:

@@ -11,6 +11,7 @@ from typing import Any
 from django.utils import timezone
 
 from realtime import events
+from sessions_app import replicas
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data
 from workspace import change_journal, skipped_files, snapshots
@@ -44,6 +45,9 @@ def close_step(
         log.exception("snapshot after step %s of %s failed", index, ctx.run.id)
         return
     ctx.tree = after
+    # Inside the step (sync): a host lost after this step loses none of its files
+    # (docs/operations.md, "Replicated snapshots"). Off without SNAPSHOT_REMOTE.
+    replicas.replicate(ctx.session.id, ctx.snap, after, still_holds=lambda: not _lost(ctx))
     data: dict[str, Any] = {"snapshot": after, "step": index}
     if skipped:
         data["skipped"] = skipped
@@ -64,3 +68,7 @@ def close_step(
     recorder.emit(ctx, events.MESSAGE_UPDATED, message=message_data(message))
     if changed:
         recorder.publish_diff(ctx, before, after)
+
+
+def _lost(ctx: RunContext) -> bool:
+    return ctx.control.lost.is_set() or ctx.control.lease_stale()
