@@ -58,7 +58,7 @@ def hops() -> Iterator[list[str]]:
 
 def test_every_stock_middleware_is_replaced_by_its_loop_version():
     assert all(not name.startswith("django.") for name in django_settings.MIDDLEWARE)
-    assert all(name.startswith(("django.", "csp.", "sessions_app.", "axes.")) for name in DJANGOS)
+    assert all(name.startswith(("django.", "csp.", "api.", "axes.")) for name in DJANGOS)
     assert len(DJANGOS) == len(django_settings.MIDDLEWARE)
 
 

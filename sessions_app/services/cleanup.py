@@ -36,21 +36,7 @@ def cleanup_session(
         revert = locked.revert
         if not revert:
             return locked
-        path = active_path(locked)
-        index = next((i for i, m in enumerate(path) if m.id == revert["message_id"]), None)
-        removed_parts: list[Part] = []
-        if index is None:  # the boundary left the path (head switched): nothing to delete
-            doomed: list[Message] = []
-        elif revert.get("part_id"):
-            message = path[index]
-            cut = next((p for p in message.loaded_parts if p.id == revert["part_id"]), None)
-            removed_parts = [p for p in message.loaded_parts if cut and p.order >= cut.order]
-            doomed = path[index + 1 :]
-            locked.head_id = message.id
-        else:
-            doomed = path[index:]
-            locked.head_id = path[index - 1].id if index > 0 else None
-        doomed_ids = _with_descendants(locked, [m.id for m in doomed])
+        doomed_ids, removed_parts = _cut(locked, revert)
         Part.objects.filter(id__in=[p.id for p in removed_parts]).delete()
         Message.objects.filter(id__in=doomed_ids).delete()
         locked.revert = None
@@ -79,6 +65,26 @@ def cleanup_session(
             events.publish_on_commit(locked.id, events.MESSAGE_REMOVED, message_id=mid)
         events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
     return locked
+
+
+def _cut(locked: Session, revert: dict) -> tuple[list[str], list[Part]]:
+    """What the confirmed revert removes: the messages (with every branch below them) and the
+    parts of a message cut at a part; the session's head moved to what stays."""
+    path = active_path(locked)
+    index = next((i for i, m in enumerate(path) if m.id == revert["message_id"]), None)
+    removed_parts: list[Part] = []
+    if index is None:  # the boundary left the path (head switched): nothing to delete
+        doomed: list[Message] = []
+    elif revert.get("part_id"):
+        message = path[index]
+        cut = next((p for p in message.loaded_parts if p.id == revert["part_id"]), None)
+        removed_parts = [p for p in message.loaded_parts if cut and p.order >= cut.order]
+        doomed = path[index + 1 :]
+        locked.head_id = message.id
+    else:
+        doomed = path[index:]
+        locked.head_id = path[index - 1].id if index > 0 else None
+    return _with_descendants(locked, [m.id for m in doomed]), removed_parts
 
 
 def _with_descendants(session: Session, ids: list[str]) -> list[str]:

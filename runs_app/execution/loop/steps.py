@@ -72,21 +72,10 @@ async def step(ctx: RunContext, index: int) -> bool:
                 await ctx.db(ctx.writer.flush)
     except (LockLost, AwaitingApproval):
         raise  # not a line more / the step goes on once the owner has decided
-    except ProviderError as exc:
-        overflow = exc.kind == "context_overflow" and not ctx.overflow_retried
-        if overflow and drop_step(ctx, message):
+    except BaseException as exc:
+        overflow = isinstance(exc, ProviderError) and exc.kind == "context_overflow"
+        if overflow and not ctx.overflow_retried and drop_step(ctx, message):
             raise ContextOverflow() from exc
-        await ctx.db(
-            step_end.close_step,
-            ctx,
-            message,
-            index,
-            before,
-            ran_tools=bool(tool_parts),
-            finished=False,
-        )
-        raise
-    except BaseException:
         # A step that ends in an error or an abort still records what it did to the files.
         await ctx.db(
             step_end.close_step,
