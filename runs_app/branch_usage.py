@@ -1,5 +1,5 @@
-"""Usage per branch (SEMANTICS 14.6): what a session's own model calls used, apart from what
-the history it was forked with cost where it came from, and per branch.
+"""Usage per branch (docs/semantics.md §14.6): what a session's own model calls used, apart from
+what the history it was forked with cost where it came from, and per branch.
 
 * ``own``: the sum of the ``usage`` of the session's own runs, the runs it ran itself. A fork
   copies its source's runs along the copied path (``services/fork.py``); the copies keep

@@ -11,7 +11,7 @@ checkpoint raises ``LeaseLost`` and writes nothing.
 tool call) are ``hold``-ed while those rows are only buffered, and published once the
 checkpoint that writes them commits; a checkpoint refused (or never reached: the worker
 died) publishes none of them. Only text and tool-output deltas, and a tool's ``running``
-state, go out before their row (docs/api.md, "Events").
+state, go out before their row (docs/api.md "Websocket events").
 """
 
 from __future__ import annotations
@@ -55,8 +55,8 @@ def _escape(text: str) -> str:
 def storable(value: Any) -> Any:
     """``value`` with every string the database cannot hold escaped, in place where it is a
     dict or list (what a run holds in memory is then what it stored): NUL becomes the six
-    characters ``\\u0000``, a lone surrogate ``\\udXXX`` (SEMANTICS 11.5). A tool's output, a
-    file it read, a model's text or arguments: data, which must never crash the write that
+    characters ``\\u0000``, a lone surrogate ``\\udXXX`` (docs/semantics.md §11.5). A tool's output,
+    a file it read, a model's text or arguments: data, which must never crash the write that
     stores it — a crash there re-ran the step after every redelivery. The parser's walk
     finds nothing in nearly every value, and then nothing is copied or rebuilt."""
     if unstorable_text(value) is None:

@@ -1,4 +1,4 @@
-"""Context compaction (SEMANTICS 10; the seed's ``result: "compact"``).
+"""Context compaction (docs/semantics.md §10; a run's ``result: "compact"``).
 
 Before a model call whose transcript would pass the model's budget (its context window ×
 ``AGENT_COMPACT_AT``; tokens estimated as characters / 4), the loop summarises the older part

@@ -212,7 +212,7 @@ def top_sessions(calls: QuerySet) -> list[dict[str, Any]]:
     """The costliest sessions of the range with their titles (one query for them all; a
     deleted session keeps its spending, without a link). Their own calls (the ledger's: a
     fork's copied history is never a row there) and, apart, what a fork's history cost in
-    the session it came from (SEMANTICS 14.6: shown, never added to a total; one query)."""
+    the session it came from (docs/semantics.md §14.6: shown, never added to a total; one query)."""
     rows = usage.top_sessions(calls, LIMIT)
     ids = [row["session_id"] for row in rows]
     titles = dict(Session.objects.filter(id__in=ids).values_list("id", "title"))

@@ -19,8 +19,8 @@
 * ``finish`` and ``finish_unstarted`` record the end and **hand the session over**: to the
   oldest queued run, or back to idle, inside the transaction that holds the session row, so
   a run queued at that moment is never left behind a released lock.
-* ``park`` stops a run before tool calls that wait for the owner (SEMANTICS 8.2): the run is
-  ``requires_action``, the session ``waiting`` with a lease that never expires, no worker
+* ``park`` stops a run before tool calls that wait for the owner (docs/semantics.md §8.2): the run
+  is ``requires_action``, the session ``waiting`` with a lease that never expires, no worker
   holds anything; ``resume_decided`` makes it pending again once every call is decided;
   ``cancel_waiting`` ends it (the waiting calls interrupted) and hands the session over.
 * ``end_abandoned`` ends a run whose worker is gone, closing what its execution left
@@ -176,7 +176,8 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
         waiting = Run.objects.filter(id=run.interrupted_run_id, status=S.REQUIRES_ACTION).exists()
     if waiting:
         # The holder waits for its owner: nothing runs to be stopped. Its waiting calls are
-        # interrupted (8.4), the session passes to the oldest queued run (this or earlier).
+        # interrupted (docs/semantics.md §8.4), the session passes to the oldest queued run (this or
+        # earlier).
         cancel_waiting(Run.objects.get(id=run.interrupted_run_id), reason="prompt")
     elif busy:
         if run.interrupted_run_id:
@@ -304,8 +305,8 @@ def end_abandoned(
     of a run whose worker is gone. An ``error`` also ends the run's unfinished tool calls
     (interrupted, as after an abort) and its unfinished message, so that a resume does not
     call again what crashed every attempt; a cancelled run stays resumable as after any
-    cancel (1.6). False when an execution holds the run (its lease is live): that one stops
-    at its next check."""
+    cancel (docs/semantics.md §1.6). False when an execution holds the run (its lease is live): that
+    one stops at its next check."""
     # What its open step did to the files, found before the row lock: git over a large
     # worktree must not hold the session row, which every start and end in it waits for.
     closing = unfinished.open_step_parts(run, run.session)

@@ -21,7 +21,7 @@ class Run(models.Model):
         PENDING = "pending"
         RUNNING = "running"
         # Stopped before a tool call that waits for the owner's decision; holds the session,
-        # no worker (SEMANTICS 8.2).
+        # no worker (docs/semantics.md §8.2).
         REQUIRES_ACTION = "requires_action"
         COMPLETED = "completed"
         CANCELLED = "cancelled"

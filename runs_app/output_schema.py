@@ -1,5 +1,5 @@
-"""A run's ``output_schema`` (SEMANTICS 1.9): checked at the door, and the structured output
-validated against it at the run's end, in bounded time.
+"""A run's ``output_schema`` (docs/semantics.md §1.9): checked at the door, and the structured
+output validated against it at the run's end, in bounded time.
 
 Both are user input a worker evaluates, so neither may stall it: ``pattern`` and
 ``patternProperties`` are RE2 expressions, matched in linear time (Python's ``re``, which

@@ -71,7 +71,8 @@ def waiting_calls(run: Run) -> list[Part]:
 
 
 def required_action(run: Run) -> dict[str, Any] | None:
-    """CONTRACT: what a ``requires_action`` run waits for (one query; None otherwise)."""
+    """What a ``requires_action`` run waits for (docs/semantics.md §8.2; one query; None
+    otherwise)."""
     if run.status != Run.Status.REQUIRES_ACTION:
         return None
     calls = [
@@ -124,8 +125,8 @@ def _preview(message: Message, limit: int = 80) -> str:
 
 
 def checkpoint_timeline(session: Session) -> list[dict[str, Any]]:
-    """Rule 5.7: per run, each persisted tool-safe point of its transcript (its input, each
-    finished tool batch, its answers) with the K that ``continue_from`` takes for it, the
+    """docs/semantics.md §5.7: per run, each persisted tool-safe point of its transcript (its input,
+    each finished tool batch, its answers) with the K that ``continue_from`` takes for it, the
     snapshot of the files there, and a preview. Three queries whatever the session's size;
     K comes from one pass over the tree (a message's K is its parent's plus its entries)."""
     messages = all_messages(session)

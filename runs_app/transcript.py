@@ -61,7 +61,7 @@ SUMMARY_PREFIX = "Summary of the conversation so far (older messages were compac
 
 
 def compacted_from(history: list[Message]) -> tuple[int, str] | None:
-    """The newest compaction on ``history`` (SEMANTICS 10): ``(n, summary)``, the first
+    """The newest compaction on ``history`` (docs/semantics.md §10): ``(n, summary)``, the first
     ``n`` messages of the path being replaced by ``summary``; None when there is none."""
     for index in range(len(history) - 1, -1, -1):
         for part in getattr(history[index], "loaded_parts", []):

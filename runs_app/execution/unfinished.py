@@ -1,7 +1,7 @@
 """What a run's execution leaves unfinished when it does not end the run itself — its worker
 died (``lifecycle.end_abandoned``), or the run waited for its owner and was cancelled
-(``lifecycle.cancel_waiting``) — closed as an abort closes it (SEMANTICS 1.7, 8.4): the step
-left open, the tool calls that will never run or finish, the message never completed.
+(``lifecycle.cancel_waiting``) — closed as an abort closes it (docs/semantics.md §1.7, §8.4): the
+step left open, the tool calls that will never run or finish, the message never completed.
 
 Only rows of parts and messages are written here; the run's status and the session's holder
 are the lifecycle's, which calls these inside the transaction that holds the session row."""
@@ -38,7 +38,7 @@ def crashed_error(attempts: int) -> dict:
 
 def close_open_step(run: Run, session: Session, prepared: list[Part]) -> None:
     """The step a dead execution left open (a ``step-start``, no ``step-finish``) ends as an
-    abort's would (SEMANTICS 1.7): its ``step-finish``, interrupted, with the files as they
+    abort's would (docs/semantics.md §1.7): its ``step-finish``, interrupted, with the files as they
     are now, and the ``patch`` of what the step changed — else what its tools did before the
     worker died would be in the worktree and in no snapshot (a revert would lose it).
     ``prepared``: those parts found before the row lock, written as they are unless the

@@ -1,4 +1,4 @@
-"""Alternatives (best-of-N) and adopt (SEMANTICS 14.3).
+"""Alternatives (best-of-N) and adopt (docs/semantics.md §14.3).
 
 * ``start_alternatives``: from a message, N forks (``lineage_kind`` ``alternative``, one
   ``alternative_group``) at the point before its turn, each with its own worktree, each

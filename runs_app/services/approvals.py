@@ -1,4 +1,4 @@
-"""The owner's decisions on tool calls that wait (SEMANTICS 8.3–8.5): ``allow`` runs the
+"""The owner's decisions on tool calls that wait (docs/semantics.md §8.3–§8.5): ``allow`` runs the
 call, ``deny`` ends it as a tool error carrying the owner's reason (which the model reads),
 ``always`` allows it and adds a session rule for exactly its argument. Calls of one batch are
 decided one by one; the run goes on (pending again, a task enqueued) once none is left

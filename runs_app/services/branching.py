@@ -1,4 +1,4 @@
-"""Continue and regenerate (SEMANTICS 5.1–5.4, 5.6): a run goes on from a point of its
+"""Continue and regenerate (docs/semantics.md §5.1–§5.4, §5.6): a run goes on from a point of its
 transcript, on a branch of the conversation tree that starts there.
 
 The request only decides *where*: the cut K (snapped to a tool-safe index), the message the
@@ -42,8 +42,8 @@ def run_path(run: Run) -> list[Message]:
 
 
 def snap(ends: list[int], k: int, *, system: bool) -> Cut:
-    """Rule 5.2: the largest tool-safe index ≤ K, and how many messages that keeps. A cut
-    inside a message's entries (between a tool call and its results) moves to the message's
+    """docs/semantics.md §5.2: the largest tool-safe index ≤ K, and how many messages that keeps. A
+    cut inside a message's entries (between a tool call and its results) moves to the message's
     start; applying it twice changes nothing."""
     cut = Cut(0, 1 if system and k >= 1 else 0)
     for i, end in enumerate(ends):
@@ -87,10 +87,10 @@ def continue_run(
     fork: bool = False,
     multitask_strategy: str = "reject",
 ) -> Run:
-    """Rules 5.1–5.4. A ``completed`` run (or any run with ``fork``) gets a new sibling run
-    in the same session; a ``cancelled``, ``paused`` or ``error`` run continues in place.
-    The arguments' shape is the API's to check (``runs_app.api.serializers.ContinueIn``):
-    ``input`` is a list of ``{role: "user", content}``."""
+    """docs/semantics.md §5.1–§5.4. A ``completed`` run (or any run with ``fork``) gets a new
+    sibling run in the same session; a ``cancelled`` or ``error`` run continues in place. The
+    arguments' shape is the API's to check (``runs_app.api.serializers.ContinueIn``): ``input`` is a
+    list of ``{role: "user", content}``."""
     messages = list(input or [])
     _check_not_reverted(run)
     path = run_path(run)
@@ -123,8 +123,8 @@ def regenerate_run(
     replace_original: bool = True,
     multitask_strategy: str = "reject",
 ) -> Run:
-    """Rule 5.6: drop the run's trailing assistant messages that called no tools and answer
-    again from there, as a new sibling run. Tool results before the cut are kept, so no tool
+    """docs/semantics.md §5.6: drop the run's trailing assistant messages that called no tools and
+    answer again from there, as a new sibling run. Tool results before the cut are kept, so no tool
     runs again. The arguments' shape is checked at the door (``RegenerateIn``)."""
     _check_not_reverted(run)
     if not run.is_terminal:

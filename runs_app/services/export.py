@@ -1,4 +1,4 @@
-"""Session export (CONTRACT "Export and import"): the whole session as one JSON document that
+"""Session export (docs/semantics.md §17.1): the whole session as one JSON document that
 ``importing.import_session`` reads back, or its active path as readable Markdown.
 
 The JSON document (``format`` "agentplat-session", ``version`` 1) holds:

@@ -1,4 +1,4 @@
-"""Session fork (SEMANTICS 5.5): a new session of the caller with a copy of one path of the
+"""Session fork (docs/semantics.md §5.5): a new session of the caller with a copy of one path of the
 conversation (root → the fork point), the runs that made it, and the files as they were there.
 
 The copy happens in the database, in a constant number of statements whatever the size of
@@ -260,8 +260,8 @@ def fork_session(
     title: str = "",
     kind: str = "",
 ) -> Session:
-    """Rule 5.5: the path root → ``message_id`` (default: the head, before a pending revert's
-    boundary) and the files there. Reads only what is persisted, so forking a busy session
+    """docs/semantics.md §5.5: the path root → ``message_id`` (default: the head, before a pending
+    revert's boundary) and the files there. Reads only what is persisted, so forking a busy session
     is fine. ``kind`` ``"admin"``: the admin's fork action (the lists name it so)."""
     return copy_path(
         source=source,
@@ -395,7 +395,7 @@ def _copy_files(
 
 def fork_shared(*, share: Share, user, title: str = "") -> Session:  # noqa: ANN001
     """The caller's own copy of exactly what the share pins — the pinned path (none for an
-    empty pin) and the pinned files — with lineage to the source (SEMANTICS 6.3, 6.4)."""
+    empty pin) and the pinned files — with lineage to the source (docs/semantics.md §6.3, §6.4)."""
     source = share.session
     return copy_path(
         source=source,

@@ -102,7 +102,7 @@ REVERT = {
     "diff": (text(), ""),
     "files": (relative_paths, list),
     "changes": (objects_list, list),
-    # What the revert left alone (files no snapshot holds) and its mode (SEMANTICS 14.5).
+    # What the revert left alone (files no snapshot holds) and its mode (docs/semantics.md §14.5).
     "not_kept": (obj_or_null, None),
     "mode": (choice(["both", "conversation", "files"]), "both"),
 }

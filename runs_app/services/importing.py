@@ -1,4 +1,4 @@
-"""Session import (CONTRACT "Export and import"): a new session of the caller from an export
+"""Session import (docs/semantics.md §17.2): a new session of the caller from an export
 (``export.session_document``), with the same tree, runs, head and files, under new ids.
 
 The document is checked whole first (``import_checks``); nothing is written before it passes.

@@ -26,7 +26,7 @@ def check_run_input(
     output_schema: dict[str, Any] | None,
 ) -> list[dict[str, str]]:
     """The run's input: the user messages of a ``prompt`` run, none for ``resume``. A run
-    request's shape (SEMANTICS 1.2: mode, messages, multitask_strategy, output_schema) is
+    request's shape (docs/semantics.md §1.2: mode, messages, multitask_strategy, output_schema) is
     validated once, at the API's door (``runs_app.api.serializers.RunIn``, in the contract's
     words); callers in code (the admin, benchmarks) pass those values typed."""
     if mode in (Run.Mode.RESUME, Run.Mode.COMPACT):
@@ -82,7 +82,7 @@ def start_run(
 
 
 def compact_session(*, session: Session, user) -> Run:  # noqa: ANN001
-    """ "Compact now": a run that summarises the path's older turns (SEMANTICS 10) and ends
+    """ "Compact now": a run that summarises the path's older turns (docs/semantics.md §10) and ends
     with ``result: "compact"``; a busy session answers 409, like any run request."""
     return start_run(session=session, user=user, mode=Run.Mode.COMPACT)
 
@@ -94,7 +94,7 @@ def cancel_run(*, run: Run) -> Run:
     if run.is_terminal:
         raise ConflictError(f"Run {run.id} has already finished ({run.status}).")
     if run.status == Run.Status.REQUIRES_ACTION:
-        # Waiting for its owner: no loop to stop; it ends here (8.4).
+        # Waiting for its owner: no loop to stop; it ends here (docs/semantics.md §8.4).
         return cancel_waiting(run)
     Run.objects.filter(id=run.id).update(abort_requested=True)
     run.abort_requested = True

@@ -1,5 +1,5 @@
-"""The checks of a repository request, before anything is stored or sent (SEMANTICS 13): the
-repository a session is cloned from (its URL and host, ref, depth and credential), and a
+"""The checks of a repository request, before anything is stored or sent (docs/semantics.md §13):
+the repository a session is cloned from (its URL and host, ref, depth and credential), and a
 push's branch and remote."""
 
 from __future__ import annotations

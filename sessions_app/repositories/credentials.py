@@ -1,5 +1,5 @@
-"""The user's saved git credentials (SEMANTICS 13): an access token or an ssh key, sealed in
-the vault, and the secret one gives for a remote — only ever sent to its own host and port, a
+"""The user's saved git credentials (docs/semantics.md §13): an access token or an ssh key, sealed
+in the vault, and the secret one gives for a remote — only ever sent to its own host and port, a
 token over https and a key over ssh."""
 
 from __future__ import annotations

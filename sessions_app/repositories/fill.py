@@ -1,4 +1,4 @@
-"""Real code in (SEMANTICS 13): a session started from a git repository or an uploaded
+"""Real code in (docs/semantics.md §13): a session started from a git repository or an uploaded
 archive.
 
 * **Clone.** ``create_session(repository=…)`` stores the session ``preparing``, its busy lock
@@ -11,7 +11,7 @@ archive.
   lock (a stale job writes nothing) — moves the files in, seeds the snapshot store with the
   clone's own index and packs (no file is hashed again), and records the clone as the
   session's first message: its patch part names every file, so a revert to it gives the
-  empty worktree and an unrevert gives the clone back (13.1).
+  empty worktree and an unrevert gives the clone back (docs/semantics.md §13.1).
 * **Upload.** ``fill_from_upload``: the same, in the request: ``unpack`` checks every
   member (links, devices, ``..``, sizes, ratios) before anything is kept.
 

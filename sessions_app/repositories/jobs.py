@@ -1,4 +1,4 @@
-"""A clone's prepare job: held, started and run (SEMANTICS 13).
+"""A clone's prepare job: held, started and run (docs/semantics.md §13).
 
 ``hold_for_clone`` holds a new session for its job (``lock.hold_for_job``, in the transaction
 that creates it) and starts the job once that commits: a thread of this process when work

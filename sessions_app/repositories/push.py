@@ -1,5 +1,5 @@
-"""Real code out (SEMANTICS 13.2): a push of a session's work. One commit per user turn on top
-of the cloned commit, built from the snapshots in the session's own snapshot store (never the
+"""Real code out (docs/semantics.md §13.2): a push of a session's work. One commit per user turn on
+top of the cloned commit, built from the snapshots in the session's own snapshot store (never the
 worktree's ``.git``, which the agent may have changed), pushed to the session's origin
 (``source.url``, never a remote the worktree names) under the branch the user names: never
 forced."""

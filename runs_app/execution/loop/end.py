@@ -1,4 +1,4 @@
-"""The run's end: output_schema checked (rule 1.9), the buffered rows written, the end
+"""The run's end: output_schema checked (docs/semantics.md §1.9), the buffered rows written, the end
 recorded by ``lifecycle.finish`` under this execution's epoch (a stale worker's end is
 refused), and a step an earlier execution left open closed with it."""
 
@@ -51,7 +51,7 @@ def record_end(ctx: RunContext, status: str) -> None:
         for part in made if made and not ctx.writer.closes(made[0].message_id) else []:
             ctx.writer.add(part)
             recorder.emit(ctx, events.PART_UPDATED, part=part_data(part))
-    # The model's structured output and an error's sentence are data too (11.5).
+    # The model's structured output and an error's sentence are data too (docs/semantics.md §11.5).
     ctx.run.output, ctx.run.error = storable(ctx.run.output), storable(ctx.run.error)
     # The last rows and the end in one transaction (one commit), fenced together:
     # refused, neither is kept.
@@ -65,7 +65,7 @@ def record_end(ctx: RunContext, status: str) -> None:
 
 
 def structured_error(ctx: RunContext) -> dict | None:
-    """Rule 1.9: the run's output must validate against its output_schema."""
+    """docs/semantics.md §1.9: the run's output must validate against its output_schema."""
     run = ctx.run
     if not run.output_schema:
         return None

@@ -24,7 +24,8 @@ class ContextOverflow(Exception):
 
 
 class AwaitingApproval(Exception):
-    """A tool call of the batch waits for the owner's decision: the run parks (8.2)."""
+    """A tool call of the batch waits for the owner's decision: the run parks (docs/semantics.md
+    §8.2)."""
 
 
 class BudgetReached(Exception):

@@ -1,4 +1,4 @@
-"""The tool gate (SEMANTICS 8): each call of a batch decided by the session's rules before
+"""The tool gate (docs/semantics.md §8): each call of a batch decided by the session's rules before
 any runs — allowed, denied (a tool error), or asked; a batch with an asked call parks the run
 (no worker waits) until the owner decides. The approval card's preview is made here."""
 
@@ -25,7 +25,7 @@ PREVIEW_DIFF_BYTES = 1_000_000
 
 
 async def gate(ctx: RunContext, parts: list[Part]) -> bool:
-    """SEMANTICS 8.1: decide each call of the batch by the session's rules before any
+    """docs/semantics.md §8.1: decide each call of the batch by the session's rules before any
     runs. ``deny`` ends it as a tool error; ``ask`` marks it requested (with a preview
     of what it would do). True when some call waits for the owner."""
     rules = permissions.in_force(ctx.session.permissions)

@@ -1,6 +1,6 @@
 """The model's side of a step: its stream into text and reasoning parts (deltas out at
 once, the text stored every ``STREAM_FLUSH_SECONDS``), rate-limit retries before the first
-token, and compaction (SEMANTICS 10): a summary of the older path by a call of its own."""
+token, and compaction (docs/semantics.md §10): a summary of the older path by a call of its own."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ async def stream(ctx: RunContext, message: Message) -> list[ToolCall]:
 
 
 async def compact(ctx: RunContext, *, force: bool = False) -> bool:
-    """SEMANTICS 10: when the transcript the next model call would be sent passes the
+    """docs/semantics.md §10: when the transcript the next model call would be sent passes the
     model's budget (or ``force``), summarise the path before the latest user message
     with a model call of its own and write the summary as a message on the path. True
     when it did."""

@@ -102,7 +102,7 @@ def fail_last_message(ctx: RunContext, text: str) -> None:
         return
     # A call it put on record and never finished ends with it, as the message does: a
     # run that ended in an error shows no call still pending or running (never run
-    # twice: a resume sees it interrupted, rule 1.5).
+    # twice: a resume sees it interrupted, docs/semantics.md §1.5).
     now = time.time()
     for part in message.loaded_parts:
         status = (part.state or {}).get("status")

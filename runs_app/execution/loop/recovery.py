@@ -1,7 +1,7 @@
-"""Recovery (SEMANTICS 1.5, 1.7): before every step, the last assistant message of the path
-is made whole — safe tools run again, side-effect tools interrupted (never twice), a step an
+"""Recovery (docs/semantics.md §1.5, §1.7): before every step, the last assistant message of the
+path is made whole — safe tools run again, side-effect tools interrupted (never twice), a step an
 execution left open closed with what its tools did to the files, an unfinished message
-completed with the seed's error sentence."""
+completed with the error sentence of docs/semantics.md §1.5."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from .gate import approval_of
 
 
 async def recover(ctx: RunContext, *, mode: str) -> None:
-    """Rule 1.5, on the last assistant message of the path: completed and error tools
+    """docs/semantics.md §1.5, on the last assistant message of the path: completed and error tools
     are kept; unfinished tools without side effects run again; with side effects they
     are interrupted (never run twice), and so is every unfinished tool after an
     interrupt or a blocking error; an unfinished message is completed with an error."""
@@ -35,7 +35,7 @@ async def recover(ctx: RunContext, *, mode: str) -> None:
         approval_of(p) == "requested" and (p.state or {}).get("status") == "pending"
         for p in last.loaded_parts
     ):
-        raise AwaitingApproval()  # still undecided: ask again (8.4)
+        raise AwaitingApproval()  # still undecided: ask again (docs/semantics.md §8.4)
     await settle_tools(ctx, last, mode)
     if parked is not None:
         # The step that stopped for approvals ends now, as it would have then.
@@ -50,7 +50,7 @@ async def recover(ctx: RunContext, *, mode: str) -> None:
     if left_open is not None:
         # A step an execution left open (its worker died, or lost the run, between a
         # tool and the step's snapshot) ends interrupted, with what its tools did to the
-        # files: else that would be in the worktree and in no snapshot (SEMANTICS 1.7).
+        # files: else that would be in the worktree and in no snapshot (docs/semantics.md §1.7).
         index, before = left_open
         try:
             await ctx.db(

@@ -89,7 +89,7 @@ async def phases(ctx: RunContext) -> bool:
     # admission, a hand-over, a decision that resumed it).
     recorder.emit(ctx, events.RUN_UPDATED, run=run_data(run))
     if run.mode == Run.Mode.COMPACT:
-        # "Compact now": the summary, nothing else (SEMANTICS 10, result "compact").
+        # "Compact now": the summary, nothing else (docs/semantics.md §10, result "compact").
         ctx.history = await ctx.db(active_path, ctx.session)
         await model.compact(ctx, force=True)
         run.result = "compact"

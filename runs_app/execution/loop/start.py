@@ -54,9 +54,9 @@ def _start_rows(ctx: RunContext) -> bool:
 
 
 def confirm_and_prompt(ctx: RunContext) -> list[Message]:
-    """Rule 1.3 / 3.6: a new prompt confirms a pending revert first — in the prompt's own
-    transaction, so no reader ever sees the path between the two (the reverted turns gone,
-    the prompt not there yet: an empty chat and "later branches" for a moment), and the
+    """docs/semantics.md §1.3 and §3.6: a new prompt confirms a pending revert first — in the
+    prompt's own transaction, so no reader ever sees the path between the two (the reverted turns
+    gone, the prompt not there yet: an empty chat and "later branches" for a moment), and the
     cleanup's events go out with the prompt's, after the commit."""
     with transaction.atomic():
         ctx.session = cleanup_session(
@@ -68,8 +68,8 @@ def confirm_and_prompt(ctx: RunContext) -> list[Message]:
 
 
 def start_prompt(ctx: RunContext) -> list[Message]:
-    """Rule 1.3: interrupt unfinished tools on the path, then write the user message (the
-    messages written, for the caller to say once committed)."""
+    """docs/semantics.md §1.3: interrupt unfinished tools on the path, then write the user message
+    (the messages written, for the caller to say once committed)."""
     if ctx.run.multitask_strategy == "rollback" and ctx.run.interrupted_run_id:
         with transaction.atomic():  # with the checkpoint below: fenced together
             roll_back_interrupted(ctx)
@@ -102,7 +102,7 @@ def _start_prompt(ctx: RunContext) -> list[Message]:
 
 
 def start_branch(ctx: RunContext) -> None:
-    """Continue/regenerate (SEMANTICS 5): the head moves to the message the branch hangs
+    """Continue/regenerate (docs/semantics.md §5): the head moves to the message the branch hangs
     from, the files go back to what they were there when the branch leaves the current
     head (recorded first, so nothing is lost), the new input is written, the replaced
     messages are hidden: one transaction, marked applied so a resumed run skips it."""

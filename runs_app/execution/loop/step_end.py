@@ -1,4 +1,4 @@
-"""The end of a step (SEMANTICS 1.7): the files' snapshot after it, its ``step-finish`` and
+"""The end of a step (docs/semantics.md §1.7): the files' snapshot after it, its ``step-finish`` and
 ``patch`` parts — for a step of this execution (``steps.step``) and for one an earlier
 execution left open or parked (``recovery.recover``), so that what a step's tools did to the
 files is always in a snapshot."""

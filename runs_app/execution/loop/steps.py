@@ -28,9 +28,9 @@ async def run_steps(ctx: RunContext) -> None:
         ctx.check()
         if ctx.limits.limits_spending():
             await ctx.db(usage.check_budget, ctx)  # a step that crossed it has finished
-        # Rule 1.5: before every step (a no-op after a step that finished normally).
+        # docs/semantics.md §1.5: before every step (a no-op after a step that finished normally).
         await recovery.recover(ctx, mode="resume")
-        await model.compact(ctx)  # rule 10: when the next call would pass the budget
+        await model.compact(ctx)  # docs/semantics.md §10: when the next call would pass the budget
         try:
             called_tools = await step(ctx, index)
         except ContextOverflow as exc:
@@ -59,7 +59,7 @@ async def step(ctx: RunContext, index: int) -> bool:
         waiting = await gate.gate(ctx, tool_parts) if tool_parts else False
         if (ctx.mode != Session.Checkpoint.RUNS and tool_parts) or waiting:
             # The batch is on record before any of it runs: after a crash, recovery sees
-            # these calls and never runs a side-effect tool twice (rule 1.7).
+            # these calls and never runs a side-effect tool twice (docs/semantics.md §1.7).
             await ctx.db(ctx.writer.flush)
         if waiting:
             raise AwaitingApproval()

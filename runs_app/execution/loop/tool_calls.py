@@ -1,6 +1,6 @@
 """Running a tool call: its part goes pending → running → completed or error, its output
 streams as ``tool-output-delta`` and is stored as it comes; an interrupted tool keeps what it
-printed and is never run again (rule 1.5)."""
+printed and is never run again (docs/semantics.md §1.5)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ async def run_tool(ctx: RunContext, part: Part) -> None:
             should_abort=ctx.aborted,
             output=tool_output(ctx, part),
             # The loop holds the session's lock: a shell command over the worktree's
-            # limits is undone from a snapshot taken just before it (SEMANTICS 11.7).
+            # limits is undone from a snapshot taken just before it (docs/semantics.md §11.7).
             snapshots=ctx.snap,
             holds_lease=ctx.holds_lease,
         )
@@ -83,7 +83,7 @@ async def run_tool(ctx: RunContext, part: Part) -> None:
         state["status"] = "completed"
     except ToolInterrupted as exc:
         # Stopped part-way (its process tree is gone): the part keeps what it printed and
-        # ends interrupted, so a resume never runs it again (rule 1.5).
+        # ends interrupted, so a resume never runs it again (docs/semantics.md §1.5).
         if ctx.control.lost.is_set():
             raise LockLost() from exc  # not a line more: another worker may own it
         state["output"] = exc.output
@@ -94,7 +94,7 @@ async def run_tool(ctx: RunContext, part: Part) -> None:
         if ctx.control.lost.is_set():
             raise LockLost() from exc  # stopped because it lost the run: not a line more
         if ctx.aborted():
-            # Left unfinished on purpose: resume decides (recall or interrupt), rule 1.5.
+            # Left unfinished on purpose: resume recalls or interrupts it (docs/semantics.md §1.5).
             raise Aborted() from exc
         state.update(status="error", error=str(exc))
     except Exception as exc:  # a tool bug must not kill the run; the model sees the error
