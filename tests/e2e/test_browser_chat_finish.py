@@ -105,7 +105,8 @@ def test_a_stopped_answer_says_stopped_and_resume_says_it_answers_again(page, se
         "() => document.getElementById('notice').textContent.includes('answers again')"
     )
     answer(page, words)
-    # The seed's sentence stays in the data, and is shown as a quiet note, not an error.
+    # The recovery's sentence (docs/semantics.md §1.5) stays in the data, and is shown as a quiet
+    # note, not an error.
     expect(stopped.locator(".msg-note")).to_have_text("Stopped")
     assert page.locator("#messages .msg-error").count() == 0
     assert page.locator("#error").is_hidden()

@@ -100,8 +100,8 @@ async def settle_tools(ctx: RunContext, last: Message, mode: str) -> None:
 
 
 def complete_unfinished(ctx: RunContext, last: Message, mode: str) -> None:
-    """An assistant message an execution left open is completed, with the seed's error
-    sentence (the chat shows it as a quiet "stopped" note)."""
+    """An assistant message an execution left open is completed, with the error sentence of
+    docs/semantics.md §1.5 (the chat shows it as a quiet "stopped" note)."""
     if last.completed_at is not None:
         return
     last.completed_at = timezone.now()
