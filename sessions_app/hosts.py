@@ -9,8 +9,8 @@ the default queue (config/celery.py).
 
 Today every host still sees one ``WORKSPACE_ROOT`` (a shared volume), so a session whose
 home is not live (or that has none: blank, from before hosts) goes to the default queue and
-any worker takes it, as before. Later steps of issue 45 replace that fallback with
-re-homing, once hosts keep their worktrees on disks of their own.
+any worker takes it, as before; with a central store, the worker that takes it re-homes it
+(``rehome.py``: the worktree from the store, the home moved).
 """
 
 from __future__ import annotations
@@ -94,8 +94,10 @@ def place() -> str:
     """The home of a new session, in one query: the live host with the fewest sessions (ties
     by name), or blank — any host — when none is live (embedded tests, a deployment before
     its first beat). Two sessions created at the same instant may land on the same host: the
-    balance is approximate, never a lock every creation waits for."""
-    chosen = with_session_counts(live_hosts()).order_by("n_sessions", "name").first()
+    balance is approximate, never a lock every creation waits for. A draining host
+    (``manage.py drain_host``) is skipped."""
+    placeable = live_hosts().filter(draining=False)  # a draining host takes none
+    chosen = with_session_counts(placeable).order_by("n_sessions", "name").first()
     return chosen.name if chosen else ""
 
 

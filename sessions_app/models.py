@@ -264,6 +264,8 @@ class Host(models.Model):
     workspace_root = models.CharField(max_length=500, blank=True, default="")
     disk_total = models.BigIntegerField(default=0)
     disk_free = models.BigIntegerField(default=0)
+    # ``manage.py drain_host``: no new session is placed here (sessions_app/rehome.py).
+    draining = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["name"]

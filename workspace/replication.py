@@ -104,6 +104,14 @@ def remote_tip(snap: Snapshots, session_id: str) -> str:
     return result.stdout.split("\t", 1)[0].strip() if result.stdout.strip() else ""
 
 
+def fetch(snap: Snapshots, session_id: str) -> None:
+    """Bring the session's replicated commit (and its tree's objects) into the local store,
+    for re-homing (``sessions_app/rehome.py``); ``ReplicationError`` when it cannot."""
+    result = _git(snap, ["fetch", "--no-tags", "--no-write-fetch-head"], ref(session_id))
+    if result.code != 0:
+        raise ReplicationError(repos.failure_sentence(result, "Fetching the snapshot"))
+
+
 def _git(snap: Snapshots, command: list[str], refspec: str) -> repos.Result:
     """``git <command> <remote> <refspec>`` in the session's snapshot store, by ``repos.run``."""
     try:

@@ -40,6 +40,7 @@ except ImportError:  # an optional speed-up
 
 from core import heap
 from core.logs import log_context
+from sessions_app import rehome
 from workspace import sandbox
 
 from .. import lifecycle
@@ -172,6 +173,8 @@ class RunHost:
                     return
                 async with self.starting():
                     started = await self.blocking(lifecycle.begin, run_id)
+                    if started.run is not None:  # its files here first (issue 45, step 4)
+                        await self.blocking(rehome.on_claim, started.run.session)
                 _resolve(begun, started.retry)
                 if started.retry:
                     self._retry_later(run_id)

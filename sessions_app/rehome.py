@@ -1,0 +1,132 @@
+"""Re-homing a session on the host that claims its work (issue 45, step 4), and draining a
+host (``manage.py drain_host``).
+
+**On a claim.** A worker that begins a run of a session (``runs_app/execution/host.py``,
+right after ``lifecycle.begin`` took the session) calls ``on_claim``. When the central store
+is on (``SNAPSHOT_REMOTE``), the session has a replicated snapshot and its worktree is not on
+this host (``WORKSPACE_ROOT/<id>`` absent, or empty with no snapshot of this host's behind it),
+the worktree is materialised from the store: the session's ref is fetched into its snapshot
+store (``replication.fetch``: the hardened remote runner, never the worktree), its tree is
+checked out into a new worktree (``Snapshots.materialize``, which also sets the index and
+``last-tree``, so the next snapshot is right) and the session's home moves here. The session
+then has its files as of its last replicated step (docs/semantics.md §16).
+
+A session never replicated whose worktree is gone is not given anything here: it runs as
+today (the loop snapshots whatever it finds, an empty worktree). Without the store (one host,
+or a shared volume) nothing is materialised; the home only moves here when the old home is
+dead, so its next work comes to a live host's queue.
+
+The home moves by a compare-and-set on the row (still the old host): a drain or another
+claim that moved it in between wins.
+
+**Draining.** ``drain`` marks the host draining (``place`` skips it) and moves every idle
+session homed there to the live, non-draining host with the fewest sessions; a busy one stays
+(its run ends where it is) and is reported, for the operator to drain again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from enum import Enum
+
+from django.conf import settings
+
+from workspace import replication, snapshots
+
+from . import hosts
+from .models import Host, Session
+
+log = logging.getLogger(__name__)
+
+
+class Plan(Enum):
+    STAY = "stay"  # nothing to do
+    MOVE = "move"  # the home moves here; the files are where they are
+    MATERIALIZE = "materialize"  # the files come from the central store, then the home moves
+
+
+def worktree_missing(session: Session) -> bool:
+    """Whether this host lacks the session's worktree: no directory, or an empty one that no
+    snapshot of this host stands behind (an agent that deleted every file leaves a snapshot)."""
+    worktree = session.worktree
+    if not worktree.is_dir():
+        return True
+    if any(worktree.iterdir()):
+        return False
+    return not (session.snapshot_dir / "last-tree").is_file()
+
+
+def plan(session: Session, here: str, *, home_live: bool, missing: bool) -> Plan:
+    """What a claim on host ``here`` does for ``session`` (the decision alone, for tests)."""
+    if replication.enabled() and session.replicated_snapshot and missing:
+        return Plan.MATERIALIZE
+    if session.host and session.host != here and not home_live:
+        return Plan.MOVE
+    return Plan.STAY
+
+
+def on_claim(session: Session) -> Plan:
+    """(A worker thread, the session held by the run beginning here.) Re-home ``session`` on
+    this host if it must be: what was done. A materialisation that fails is logged and the
+    run goes on as it would have (the same as a session never replicated)."""
+    here = settings.WORKER_HOST
+    home_live = session.host == here or hosts.is_live(session.host)
+    chosen = plan(session, here, home_live=home_live, missing=worktree_missing(session))
+    if chosen is Plan.MATERIALIZE:
+        try:
+            materialize(session)
+        except (replication.ReplicationError, snapshots.SnapshotError, OSError) as exc:
+            log.warning("session %s: not re-homed from the central store: %s", session.id, exc)
+            return Plan.STAY
+    if chosen is not Plan.STAY and session.host != here:
+        moved = Session.objects.filter(id=session.id, host=session.host).update(host=here)
+        if moved:
+            log.info("session %s re-homed from %r to %r", session.id, session.host, here)
+            session.host = here
+    return chosen
+
+
+def materialize(session: Session) -> None:
+    """The session's worktree on this host from its last replicated snapshot."""
+    snap = snapshots.for_session(session)
+    snap.ensure()
+    replication.fetch(snap, session.id)
+    tree = session.replicated_snapshot
+    if snap.run(["cat-file", "-e", f"{tree}^{{tree}}"]).code != 0:
+        raise replication.ReplicationError(f"The store has no tree {tree} for the session.")
+    session.worktree.mkdir(parents=True, exist_ok=True)
+    snap.materialize(tree)
+
+
+@dataclass
+class Drained:
+    moved: list[tuple[str, str]] = field(default_factory=list)  # (session, new host)
+    busy: list[str] = field(default_factory=list)
+    stranded: list[str] = field(default_factory=list)  # idle, but no live host to go to
+
+
+def drain(name: str) -> Drained:
+    """Mark host ``name`` draining and move its idle sessions (see the module's docstring)."""
+    Host.objects.filter(name=name).update(draining=True)
+    done = Drained()
+    for sid, busy in Session.objects.filter(host=name).values_list("id", "busy_run_id"):
+        if busy:
+            done.busy.append(sid)
+            continue
+        target = _least_loaded(exclude=name)
+        if not target:
+            done.stranded.append(sid)
+            continue
+        # Idle at the move (the row still names this host and no run holds it).
+        if Session.objects.filter(id=sid, host=name, busy_run_id__isnull=True).update(host=target):
+            done.moved.append((sid, target))
+        else:
+            done.busy.append(sid)
+    return done
+
+
+def _least_loaded(exclude: str) -> str:
+    candidates = hosts.live_hosts().filter(draining=False).exclude(name=exclude)
+    chosen = hosts.with_session_counts(candidates).order_by("n_sessions", "name").first()
+    return chosen.name if chosen else ""
