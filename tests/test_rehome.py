@@ -15,6 +15,7 @@ from django.utils import timezone
 from sessions_app import hosts, rehome
 from sessions_app.models import Host, Session
 from sessions_app.rehome import Plan
+from sessions_app.repositories import fill
 from workspace import replication, snapshots
 
 from .conftest import run_turn
@@ -138,3 +139,15 @@ def test_a_session_never_replicated_is_not_given_files_by_re_homing(api, sid, st
     run_turn(api, sid, "say hello")  # runs as today, on whatever the worktree holds
     assert _worktree_files(sid) == {}
     assert Session.objects.get(id=sid).host == settings.WORKER_HOST  # the dead home moved
+
+
+def test_a_clone_whose_home_died_moves_to_the_host_that_runs_its_job(owner, settings):
+    _host("lost", age=_stale(settings))
+    session = Session.objects.create(
+        owner=owner,
+        host="lost",
+        busy_run_id="prep_1",
+        source={"url": "https://127.0.0.1:9/nothing.git", "ref": ""},
+    )
+    fill.prepare(session.id, "prep_1")  # the clone itself fails: nothing listens there
+    assert Session.objects.get(id=session.id).host == settings.WORKER_HOST

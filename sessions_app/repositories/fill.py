@@ -51,7 +51,7 @@ from workspace import (
 )
 from workspace.unpack_checks import ArchiveRefused
 
-from .. import replicas
+from .. import rehome, replicas
 from ..models import HistoryEvent, Message, Part, Session
 from ..selectors import session_data
 from ..services import lock
@@ -85,6 +85,7 @@ def prepare(session_id: str, job: str) -> None:
     session = Session.objects.filter(id=session_id, busy_run_id=job).first()
     if session is None:
         return  # deleted (cancelled) or taken over: nothing to do
+    rehome.on_claim(session)  # a dead home moves here (a clone has no replicated files yet)
     source = dict(session.source)
     staging = _staging(session)
     try:
