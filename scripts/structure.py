@@ -1,7 +1,7 @@
 """The structure picture of the code: the apps' packages as boxes, imports as arrows.
 
-    .venv/bin/python scripts/structure.py                 # apps as boxes, DOT on stdout
-    .venv/bin/python scripts/structure.py --level modules --png docs/structure-modules.png
+    .venv/bin/python -m scripts.structure                 # apps as boxes, DOT on stdout
+    .venv/bin/python -m scripts.structure --level modules --png docs/structure-modules.png
 
 Modules are grouped by package (``sessions_app.services.revert`` → ``sessions_app.services``);
 an arrow means some module of one group imports some module of the other, counted from every
@@ -18,17 +18,9 @@ from pathlib import Path
 
 import grimp
 
+from scripts.architecture import PACKAGES  # the one list of the project's packages
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = (
-    "sessions_app",
-    "runs_app",
-    "quotas_app",
-    "api",
-    "config",
-    "core",
-    "workspace",
-    "realtime",
-)
 GROUPS = (
     "sessions_app.api",
     "sessions_app.services",

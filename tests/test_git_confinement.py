@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import pytest
 from django.conf import settings as django_settings
 
+from scripts.architecture import PACKAGES
 from sessions_app.models import Message, Session
 from tests.conftest import new_session, run_turn
 from tests.support.planting import planted
@@ -27,16 +28,7 @@ from workspace import snapshots
 pytestmark = pytest.mark.django_db(transaction=True)
 
 REAL_GIT = shutil.which("git")
-PRODUCT = (
-    "sessions_app",
-    "runs_app",
-    "quotas_app",
-    "api",
-    "config",
-    "core",
-    "workspace",
-    "realtime",
-)
+PRODUCT = PACKAGES  # the project's packages (scripts/architecture.py)
 HOOKS = (
     "pre-commit",
     "post-checkout",

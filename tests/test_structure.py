@@ -27,7 +27,7 @@ import pytest
 from scripts import architecture
 
 ROOT = Path(__file__).resolve().parents[1]
-APPS = ("sessions_app", "runs_app", "quotas_app", "api", "config", "core", "workspace", "realtime")
+APPS = architecture.PACKAGES  # the project's packages, one list
 
 
 def sources(*packages: str) -> list[Path]:
