@@ -20,18 +20,9 @@ from workspace import replication, snapshots
 
 from .conftest import run_turn
 from .support.git_server import GitServer, git_server_fixture, reachable_server_fixture  # noqa: F401
-from .test_replication import _worktree_files
+from .test_replication import _worktree_files, central  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def store(server: GitServer, settings) -> GitServer:  # noqa: ANN001
-    """The central store (as tests/test_replication.py's): a bare repository on the server."""
-    server.make_repo("central", {"README": "the central store\n"})
-    settings.SNAPSHOT_REMOTE = server.url("central")
-    settings.SNAPSHOT_REMOTE_TOKEN = server.token
-    return server
 
 
 def _host(name: str, *, age: float = 0.0, draining: bool = False) -> Host:
@@ -118,10 +109,15 @@ def _lose_the_worktree(sid: str, settings) -> None:  # noqa: ANN001
     shutil.rmtree(snapshots.store_path())  # nor any object of its snapshots
 
 
-def test_a_session_whose_host_died_gets_its_files_from_the_central_store(api, sid, store, settings):
+def test_a_session_whose_host_died_gets_its_files_from_the_central_store(
+    api,
+    sid,
+    central,  # noqa: F811
+    settings,
+):
     run_turn(api, sid, "write a.txt A1")
     run_turn(api, sid, "write sub/b.bin B1\nwrite a.txt A2")
-    held = store.read_tree("central", replication.ref(sid))
+    held = central.read_tree("central", replication.ref(sid))
     assert held == _worktree_files(sid) and held["a.txt"] == b"A2"
     _lose_the_worktree(sid, settings)
     run_turn(api, sid, "say back again")
@@ -129,10 +125,15 @@ def test_a_session_whose_host_died_gets_its_files_from_the_central_store(api, si
     assert Session.objects.get(id=sid).host == settings.WORKER_HOST
     # The next snapshot builds on the materialised one.
     run_turn(api, sid, "write c.txt C1")
-    assert store.read_tree("central", replication.ref(sid)) == {**held, "c.txt": b"C1"}
+    assert central.read_tree("central", replication.ref(sid)) == {**held, "c.txt": b"C1"}
 
 
-def test_a_session_never_replicated_is_not_given_files_by_re_homing(api, sid, store, settings):
+def test_a_session_never_replicated_is_not_given_files_by_re_homing(
+    api,
+    sid,
+    central,  # noqa: F811
+    settings,
+):
     run_turn(api, sid, "write a.txt A1")
     Session.objects.filter(id=sid).update(replicated_commit="", replicated_snapshot="")
     _lose_the_worktree(sid, settings)
