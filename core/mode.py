@@ -22,6 +22,13 @@ def embedded() -> bool:
     return not settings.REDIS_URL
 
 
+def holds_worktrees() -> bool:
+    """This process has the worktrees of the sessions homed on its host (every process but a
+    web process of several worker hosts, started with ``WORKSPACE_ROOT=""``: that one reads
+    snapshots from its mirror of the central store and sends file work to the home host)."""
+    return settings.HOLDS_WORKTREES
+
+
 def redis_url() -> str:
     """Where Redis is, in services mode (broker, channel layer, abort bus)."""
     return settings.REDIS_URL
