@@ -154,7 +154,8 @@ def test_the_admin_shows_hosts_and_a_sessions_host(owner, settings):
     page = browser.get("/admin/sessions_app/host/").content.decode()
     assert "gone" in page and "1.0 GB of 2.0 GB" in page
     assert 'href="/admin/sessions_app/session/?host=a">3</a>' in page
-    assert page.count("icon-yes.svg") == 1 and page.count("icon-no.svg") == 1
+    # live: one of the two; draining: neither
+    assert page.count("icon-yes.svg") == 1 and page.count("icon-no.svg") == 3
     listed = browser.get("/admin/sessions_app/session/?host=a").content.decode()
     assert listed.count('class="session-id"') == 3
     one = Session.objects.filter(host="a").first()
@@ -166,3 +167,20 @@ def test_the_admin_shows_hosts_and_a_sessions_host(owner, settings):
     staff = Client()
     staff.force_login(User.objects.create_user("staff", password="pw", is_staff=True))
     assert staff.get("/admin/sessions_app/host/").status_code == 403
+
+
+def test_the_admin_drains_a_host_and_shows_it(owner, settings):
+    host("a"), host("b")
+    homed("a", owner, 2)
+    root = User.objects.create_superuser("root", password="pw")
+    browser = Client()
+    browser.force_login(root)
+    url = "/admin/sessions_app/host/"
+    done = browser.post(url, {"action": "drain", "_selected_action": ["a"]}, follow=True)
+    assert "A is draining: 2 moved, 0 busy" in done.content.decode()  # capitalised
+    assert Host.objects.get(name="a").draining
+    assert set(Session.objects.values_list("host", flat=True)) == {"b"}
+    waiting = browser.get(url + "?draining__exact=1").content.decode()
+    assert 'class="field-name"' in waiting and ">a<" in waiting and ">b<" not in waiting
+    browser.post(url, {"action": "undrain", "_selected_action": ["a"]})
+    assert not Host.objects.get(name="a").draining
