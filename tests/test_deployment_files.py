@@ -51,3 +51,19 @@ def test_every_web_start_listens_with_the_benchmarked_backlog() -> None:
             assert " -b " not in line and " -p " not in line, (name, line)
             backlog = re.search(r"-e tcp:port=\S+:backlog=(\d+) ", line)
             assert backlog and int(backlog.group(1)) == LISTEN_BACKLOG == 1024, (name, line)
+
+
+def test_the_compose_file_of_several_hosts_gives_each_host_a_disk_of_its_own() -> None:
+    """platform/compose.hosts.yaml (docs/operations.md, "Several worker hosts"): the web holds
+    no worktree, each worker host has its own name and volume, all share one central store."""
+    services = yaml.safe_load((PLATFORM / "compose.hosts.yaml").read_text())["services"]
+    web = services["web"]["environment"]
+    assert web["WORKSPACE_ROOT"] == "" and web["MIRROR_ROOT"]
+    workers = {name: s for name, s in services.items() if name.startswith("worker")}
+    assert len(workers) >= 2
+    names = {s["environment"]["WORKER_HOST"] for s in workers.values()}
+    disks = {s["volumes"][0].split(":")[0] for s in workers.values()}
+    assert len(names) == len(disks) == len(workers)
+    remotes = {s["environment"]["SNAPSHOT_REMOTE"] for s in [services["web"], *workers.values()]}
+    assert len(remotes) == 1 and remotes.pop().startswith("ssh://")
+    assert services["web"]["cpu_shares"] == 10 * next(iter(workers.values()))["cpu_shares"]
