@@ -32,7 +32,7 @@ from enum import Enum
 
 from django.conf import settings
 
-from workspace import replication, snapshots
+from workspace import linked_rehome, replication, snapshots
 
 from . import hosts
 from .models import Host, Session
@@ -96,7 +96,7 @@ def materialize(session: Session) -> None:
     if snap.run(["cat-file", "-e", f"{tree}^{{tree}}"]).code != 0:
         raise replication.ReplicationError(f"The store has no tree {tree} for the session.")
     session.worktree.mkdir(parents=True, exist_ok=True)
-    snap.materialize(tree)
+    linked_rehome.materialize(snap, tree)  # by hard link from a same-tree session, if any
 
 
 @dataclass
