@@ -19,14 +19,40 @@ dead, so its next work comes to a live host's queue.
 The home moves by a compare-and-set on the row (still the old host): a drain or another
 claim that moved it in between wins.
 
+**A stale copy.** A host may still hold a worktree of a session that lived elsewhere since
+(drained away, or moved while this host was stopped past its lease, and now back). When the
+store is on, this host's copy is trusted only if its last snapshot is the replicated one or
+this host's snapshot store holds the replicated commit (it pushed it or fetched it, so what it
+has is that or newer); else the copy is set aside and the worktree materialised from the store.
+
 **Draining.** ``drain`` marks the host draining (``place`` skips it) and moves every idle
 session homed there to the live, non-draining host with the fewest sessions; a busy one stays
 (its run ends where it is) and is reported, for the operator to drain again.
+
+**Dead hosts, in the background.** Every worker's sweep (runs_app/execution/sweeper.py) calls
+``sweep_dead``: the idle sessions of hosts whose beat is older than the lease (or that have no
+host row at all) move to live, non-draining hosts, the fewest sessions first, by the same
+compare-and-set as a drain (a session that a run took meanwhile stays), at most
+``SWEEP_BATCH`` per sweep (a host of thousands of sessions is moved over a few sweeps, no
+sweep holds the others up). A busy session of a dead host is not moved here: its run's lease
+lapses and the sweep enqueues it again (today's crash rules); its dead home sends it to the
+default queue (``hosts.queue_for``), and the worker that takes it re-homes it (``on_claim``).
+
+*Lazy, not eager.* The move is the row only; the files are materialised by the next claim on
+the new home (a run, a prepare job), as for a run whose home died mid-run. The sweeping
+worker is one host and the new home may be another: an eager copy would need a task on the
+new home's queue per session, and would spend the disk and the time of every dead session's
+files at once (a host of thousands, most never opened again) while the store holds them safe
+in the meantime. The cost is the first run's: it waits for the materialisation (a fetch and
+a checkout, ``./dev bench --only hosts``). The home moves at once so that new work is routed to
+a live host's queue, not the default one.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
+import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -38,6 +64,8 @@ from . import hosts
 from .models import Host, Session
 
 log = logging.getLogger(__name__)
+
+SWEEP_BATCH = 200  # sessions of dead hosts moved by one sweep of one worker, at most
 
 
 class Plan(Enum):
@@ -57,6 +85,29 @@ def worktree_missing(session: Session) -> bool:
     return not (session.snapshot_dir / "last-tree").is_file()
 
 
+def worktree_stale(session: Session) -> bool:
+    """(The store on, the session replicated, a worktree here.) Whether this host's copy is
+    older than the replicated snapshot: its last snapshot is not that one, and its snapshot
+    store lacks the replicated commit (it neither pushed nor fetched it): the session lived
+    on another host since this one last had it."""
+    tree, commit = session.replicated_snapshot, session.replicated_commit
+    last = session.snapshot_dir / "last-tree"
+    if last.is_file() and last.read_text().strip() == tree:
+        return False
+    if not commit:
+        return False
+    snap = snapshots.for_session(session)
+    snap.ensure()
+    return snap.run(["cat-file", "-e", f"{commit}^{{commit}}"]).code != 0
+
+
+def lacks_files(session: Session) -> bool:
+    """This host has no current copy of the session's files: none, or a stale one."""
+    if worktree_missing(session):
+        return True
+    return bool(replication.enabled() and session.replicated_snapshot) and worktree_stale(session)
+
+
 def plan(session: Session, here: str, *, home_live: bool, missing: bool) -> Plan:
     """What a claim on host ``here`` does for ``session`` (the decision alone, for tests)."""
     if replication.enabled() and session.replicated_snapshot and missing:
@@ -72,7 +123,7 @@ def on_claim(session: Session) -> Plan:
     run goes on as it would have (the same as a session never replicated)."""
     here = settings.WORKER_HOST
     home_live = session.host == here or hosts.is_live(session.host)
-    chosen = plan(session, here, home_live=home_live, missing=worktree_missing(session))
+    chosen = plan(session, here, home_live=home_live, missing=lacks_files(session))
     if chosen is Plan.MATERIALIZE:
         try:
             materialize(session)
@@ -95,8 +146,21 @@ def materialize(session: Session) -> None:
     tree = session.replicated_snapshot
     if snap.run(["cat-file", "-e", f"{tree}^{{tree}}"]).code != 0:
         raise replication.ReplicationError(f"The store has no tree {tree} for the session.")
+    _set_aside(session)
     session.worktree.mkdir(parents=True, exist_ok=True)
     linked_rehome.materialize(snap, tree)  # by hard link from a same-tree session, if any
+
+
+def _set_aside(session: Session) -> None:
+    """A stale copy of the worktree out of the way (renamed first, so that no half-deleted
+    worktree is ever the session's), then deleted."""
+    worktree = session.worktree
+    if not worktree.exists():
+        return
+    aside = worktree.with_name(f".stale-{session.id}-{uuid.uuid4().hex[:8]}")
+    worktree.rename(aside)
+    shutil.rmtree(aside, ignore_errors=True)
+    log.info("session %s: a stale copy of its worktree set aside", session.id)
 
 
 @dataclass
@@ -130,3 +194,30 @@ def _least_loaded(exclude: str) -> str:
     candidates = hosts.live_hosts().filter(draining=False).exclude(name=exclude)
     chosen = hosts.with_session_counts(candidates).order_by("n_sessions", "name").first()
     return chosen.name if chosen else ""
+
+
+def sweep_dead(limit: int = SWEEP_BATCH) -> list[tuple[str, str, str]]:
+    """Move idle sessions of dead hosts to live, non-draining hosts, the fewest sessions
+    first (see the module's docstring): [(session, old home, new home)]."""
+    targets = {
+        h.name: h.n_sessions
+        for h in hosts.with_session_counts(hosts.live_hosts().filter(draining=False))
+    }
+    if not targets:
+        return []
+    live = hosts.live_hosts().values_list("name", flat=True)
+    orphans = (
+        Session.objects.filter(busy_run_id__isnull=True)
+        .exclude(host="")
+        .exclude(host__in=live)
+        .order_by("id")
+        .values_list("id", "host")[:limit]
+    )
+    moved = []
+    for sid, old in orphans:
+        target = min(targets, key=lambda name: (targets[name], name))
+        idle = Session.objects.filter(id=sid, host=old, busy_run_id__isnull=True)
+        if idle.update(host=target):
+            targets[target] += 1
+            moved.append((sid, old, target))
+    return moved

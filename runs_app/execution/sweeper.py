@@ -1,7 +1,13 @@
 """The sweep every worker and the embedded server run: a session whose busy lease expired
 belongs to a dead worker. Its run starts again (``lifecycle.begin`` takes it over and it
 resumes) without waiting for the broker's visibility timeout, or — when that run had
-already ended — the session goes on to its queued runs (``lifecycle.release_if_ended``)."""
+already ended — the session goes on to its queued runs (``lifecycle.release_if_ended``).
+
+The run is enqueued to its session's home host's queue while that host is live, else to the
+default queue (``hosts.queue_for``): the run of a dead host goes to any live worker, which
+re-homes the session when it begins it (sessions_app/rehome.py ``on_claim``: the worktree from
+the central store). The idle sessions of dead hosts are re-homed by the same sweep
+(``rehome.sweep_dead``), so that their next work goes to a live host's queue."""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from sessions_app import hosts
+from sessions_app import hosts, rehome
 from sessions_app.models import Session
 from sessions_app.services import verify
 from workspace import shared_checkouts
@@ -44,6 +50,36 @@ def requeue_expired() -> list[str]:
     return requeued
 
 
+def sweep_once() -> None:
+    """One pass of the sweep (each part on its own: one that fails does not stop the rest)."""
+    try:
+        hosts.beat()  # first, so that a host is live from its start
+    except Exception:
+        log.exception("the host's heartbeat failed")
+    try:
+        requeued = requeue_expired()
+        if requeued:
+            log.warning("re-enqueued runs with expired leases: %s", requeued)
+    except Exception:
+        log.exception("stale-run sweep failed")
+    try:
+        moved = rehome.sweep_dead()  # the idle sessions of dead hosts, to live ones
+        if moved:
+            log.warning("re-homed sessions of dead hosts: %s", moved)
+    except Exception:
+        log.exception("the re-homing of dead hosts' sessions failed")
+    try:
+        verify.verify_due()  # idle worktrees walked whole now and then (issue 43)
+    except Exception:
+        log.exception("the verifier's sweep failed")
+    finally:
+        connection.close()
+    try:
+        shared_checkouts.sweep_due()  # checkouts clones share, unused for days
+    except Exception:
+        log.exception("the sweep of shared checkouts failed")
+
+
 _sweeper_pid = 0
 
 
@@ -60,26 +96,7 @@ def start_sweeper() -> None:
     def sweep() -> None:
         interval = max(1.0, settings.RUN_LEASE_SECONDS / 2)
         while True:
-            try:
-                hosts.beat()  # first, so that a host is live from its start
-            except Exception:
-                log.exception("the host's heartbeat failed")
-            try:
-                requeued = requeue_expired()
-                if requeued:
-                    log.warning("re-enqueued runs with expired leases: %s", requeued)
-            except Exception:
-                log.exception("stale-run sweep failed")
-            try:
-                verify.verify_due()  # idle worktrees walked whole now and then (issue 43)
-            except Exception:
-                log.exception("the verifier's sweep failed")
-            finally:
-                connection.close()
-            try:
-                shared_checkouts.sweep_due()  # checkouts clones share, unused for days
-            except Exception:
-                log.exception("the sweep of shared checkouts failed")
+            sweep_once()
             time.sleep(interval)
 
     threading.Thread(target=sweep, name="stale-run-sweeper", daemon=True).start()
