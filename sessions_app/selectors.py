@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 from dataclasses import dataclass
@@ -11,9 +12,10 @@ from django.conf import settings
 
 from core.compiled import Compiled
 from core.errors import InvalidInput, NotFoundError
-from workspace import worktree_files
+from core.mode import holds_worktrees
+from workspace import snapshots, worktree_files
 
-from . import permissions
+from . import permissions, reads
 from .models import HistoryEvent, Message, Part, Session
 
 # Every session-scoped API request reads its session: compiled once (core/compiled.py).
@@ -130,7 +132,14 @@ def worktree_entry(session: Session, path: str) -> list[dict[str, Any]] | Binary
     (the caller streams and closes it). Opened by descriptor, no link followed, no FIFO
     waited on (``worktree_files``). InvalidInput for a path that leaves the worktree, is too
     long, goes through a link or names a FIFO, socket or device; NotFoundError when there is
-    nothing there."""
+    nothing there.
+
+    In a process that holds no worktree (``core.mode.holds_worktrees()`` False), the same
+    answers are read from the session's files as the central store last received them
+    (``current_tree``), through the mirror (``reads.tree_entry``): never ``WORKSPACE_ROOT``."""
+    if not holds_worktrees():
+        found = reads.tree_entry(session, current_tree(session), path)
+        return found if isinstance(found, list) else io.BytesIO(found)
     root = session.worktree
     try:
         parts = worktree_files.parts_of(root, path)
@@ -144,6 +153,16 @@ def worktree_entry(session: Session, path: str) -> list[dict[str, Any]] | Binary
     if not stat.S_ISDIR(found.st_mode):
         return os.fdopen(fd, "rb")  # a FileResponse streams and closes it
     return worktree_files.list_tree(root, parts, limit=settings.API_FILES_MAX, opened=fd)
+
+
+def current_tree(session: Session) -> str:
+    """The session's files now, as a process without worktrees knows them: the snapshot the
+    central store last received (each step's and each history move's, ``replicas``), else
+    the last snapshot of the active path (a session none of whose snapshots reached it)."""
+    if session.replicated_snapshot:
+        return session.replicated_snapshot
+    path = active_path(session)
+    return files_at(path, len(path)) or snapshots.EMPTY_TREE
 
 
 def fork_point(source: Session, message_id: str | None) -> str | None:

@@ -104,10 +104,14 @@ def remote_tip(snap: Snapshots, session_id: str) -> str:
     return result.stdout.split("\t", 1)[0].strip() if result.stdout.strip() else ""
 
 
-def fetch(snap: Snapshots, session_id: str) -> None:
+def fetch(snap: Snapshots, session_id: str, *, keep: bool = False) -> None:
     """Bring the session's replicated commit (and its tree's objects) into the local store,
-    for re-homing (``sessions_app/rehome.py``); ``ReplicationError`` when it cannot."""
-    result = _git(snap, ["fetch", "--no-tags", "--no-write-fetch-head"], ref(session_id))
+    for re-homing (``sessions_app/rehome.py``); ``ReplicationError`` when it cannot.
+    ``keep``: write the ref in the local store too (the web's mirror, ``mirror.py``: its next
+    fetch of the session then brings only what is new)."""
+    name = ref(session_id)
+    refspec = f"+{name}:{name}" if keep else name
+    result = _git(snap, ["fetch", "--no-tags", "--no-write-fetch-head"], refspec)
     if result.code != 0:
         raise ReplicationError(repos.failure_sentence(result, "Fetching the snapshot"))
 

@@ -43,9 +43,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from core.errors import AppError, NotFoundError
+from core.mode import holds_worktrees
 from sessions_app.models import Message, Part, Session
-from sessions_app.selectors import _iso, active_path
-from workspace import snapshots, store
+from sessions_app.reads import snapshots_for_read
+from sessions_app.selectors import _iso, active_path, current_tree
+from workspace import snapshots, store, tree_reads
 from workspace.git_names import git_refuses
 
 from ..models import Run
@@ -75,10 +77,10 @@ def session_document(*, session: Session) -> dict[str, Any]:
     for part in parts:
         by_message.setdefault(part.message_id, []).append(part)
     budget = settings.EXPORT_MAX_BYTES
-    files, skipped, used = worktree_files(session.worktree, budget)
     roots = snapshot_names(session, parts, runs)
+    snap, (files, skipped, used) = _files_now(session, roots, budget)
     blobs = {blob_id(f.content) for f in files}
-    objects, missing = history_objects(snapshots.for_session(session), roots, blobs, budget - used)
+    objects, missing = history_objects(snap, roots, blobs, budget - used)
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -268,6 +270,42 @@ def worktree_files(root: Path, budget: int) -> tuple[list[WorktreeFile], list[di
         files.append(WorktreeFile(rel, content, executable))
     skipped.sort(key=lambda s: s["path"])
     return files, skipped, used
+
+
+def _files_now(
+    session: Session, roots: set[str], budget: int
+) -> tuple[snapshots.Snapshots, tuple[list[WorktreeFile], list[dict[str, str]], int]]:
+    """The store the history is read from, and the session's files now: the worktree's, or
+    in a process that holds no worktree, the last snapshot the central store received
+    (``selectors.current_tree``, through the mirror: a file the snapshots do not keep is
+    then not in the export)."""
+    if holds_worktrees():
+        return snapshots.for_session(session), worktree_files(session.worktree, budget)
+    now = current_tree(session)
+    snapshots_for_read(session, now)  # the files now must be there (a 404 if the store lacks them)
+    snap = snapshots_for_read(session, *roots, strict=False)  # the history: what there is
+    return snap, tree_files(snap, now, budget)
+
+
+def tree_files(
+    snap: snapshots.Snapshots, tree: str, budget: int
+) -> tuple[list[WorktreeFile], list[dict[str, str]], int]:
+    """What ``worktree_files`` gives, read from the snapshot ``tree``: its files by path, its
+    links and unnamable names left out and listed, the bytes read."""
+    found: list[tuple[str, str, bool]] = []
+    skipped: list[dict[str, str]] = []
+    total = 0
+    for path, mode, sha, size in tree_reads.blobs(snap, tree):
+        reason = "symlink" if stat.S_ISLNK(mode) else _unexportable_name(path)
+        if reason:
+            skipped.append({"path": path, "reason": reason})
+            continue
+        total += size
+        found.append((path, sha, bool(mode & 0o100)))
+    _check_budget(total, budget)
+    bodies = store.read_objects(snap, [sha for _path, sha, _x in found])
+    files = [WorktreeFile(path, bodies[sha][1], executable) for path, sha, executable in found]
+    return files, skipped, total
 
 
 def _read_inside(root: Path, path: Path, limit: int) -> bytes | None:

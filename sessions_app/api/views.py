@@ -20,7 +20,6 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from api.base import ApiViewSet, FormatIsTheViewsOwn
 from core import models_catalog
-from workspace import snapshots
 
 from ..models import Part, Share
 from ..selectors import (
@@ -38,7 +37,7 @@ from ..selectors import (
 )
 from ..services import changes as change_services
 from ..services import cleanup as cleanup_services
-from ..services import downloads, revert_plan, sharing
+from ..services import downloads, sharing
 from ..services import revert as revert_services
 from ..services import rollback as rollback_services
 from ..services import sessions as session_services
@@ -157,7 +156,7 @@ class SessionViewSet(SessionScopedViewSet):
     def files(self, request: Request, session_id: str) -> Response | FileResponse:
         """The worktree's files (``.git`` aside; at most ``API_FILES_MAX``)."""
         if self.query(FileQueryIn)["not_kept"]:
-            return Response(revert_plan.not_kept(snapshots.for_session(self.get_object())))
+            return Response(downloads.not_kept_now(self.get_object()))
         return self.file(request, session_id, path="")
 
     @extend_schema(operation_id="sessions_files_path_retrieve", responses=FILE_OR_LISTING)

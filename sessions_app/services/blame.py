@@ -35,6 +35,7 @@ from core.errors import InvalidInput, NotFoundError
 from workspace import snapshots, tree_objects, tree_reads
 
 from ..models import Message, Part, Session
+from ..reads import snapshots_for_read
 from ..selectors import fork_point, path_ids
 
 BLAME_STEPS_MAX = 1000  # steps that changed the file, followed back from the point
@@ -106,7 +107,12 @@ def blame_file(*, session: Session, path: str, message_id: str | None = None) ->
     history = _history(session, path_ids(leaf, session.id) if leaf else [], name)
     if history.final is None:
         raise NotFoundError("No such file at that point.")
-    snap = snapshots.for_session(session)
+    trees = [
+        history.root,
+        history.final,
+        *(t for c in history.changes for t in (c.before, c.after)),
+    ]
+    snap = snapshots_for_read(session, *trees)
     try:
         return _blame(snap, history, name)
     except snapshots.MissingObjectError as exc:

@@ -9,18 +9,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from core.errors import InvalidInput, NotFoundError
+from core.mode import holds_worktrees
 from workspace import change_summary, snapshots
 from workspace.worktree_files import plain_relative
 
 from ..models import Message, Session
-from ..selectors import active_path
+from ..reads import snapshots_for_read
+from ..selectors import active_path, current_tree
 
 
 def _diff_range(session: Session, message_id: str | None) -> tuple[str, str] | None:
     """The trees a diff goes between: the first snapshot of the session's active path (or of
     one turn) and now (or that turn's last snapshot)."""
     path = active_path(session)
-    snap = snapshots.for_session(session)
     if message_id:
         index = next((i for i, m in enumerate(path) if m.id == message_id), None)
         if index is None:
@@ -44,7 +45,15 @@ def _diff_range(session: Session, message_id: str | None) -> tuple[str, str] | N
             p.data["snapshot"] for m in turn for p in m.loaded_parts if p.type == "step-finish"
         ]
         return first, finishes[-1] if finishes else first
-    return first, snap.peek(journal=True)  # a read: never the index the loop is using
+    return first, _now(session)
+
+
+def _now(session: Session) -> str:
+    """The files now: the worktree's snapshot (``peek``, a read: never the index the loop is
+    using), or, in a process without worktrees, the last one the central store received."""
+    if holds_worktrees():
+        return snapshots.for_session(session).peek(journal=True)
+    return current_tree(session)
 
 
 def path_start(path: list[Message]) -> str | None:
@@ -60,7 +69,7 @@ def session_diff(*, session: Session, message_id: str | None = None) -> list[dic
     """Files changed in the whole session (first snapshot → now) or in one turn."""
     with objects_found():
         span = _diff_range(session, message_id)
-        return snapshots.for_session(session).diff_stat(*span) if span else []
+        return snapshots_for_read(session, *span).diff_stat(*span) if span else []
 
 
 @contextmanager
@@ -91,5 +100,5 @@ def session_file_diff(*, session: Session, file: str, message_id: str | None = N
         raise InvalidInput(f"file: {exc}") from exc
     with objects_found():
         span = _diff_range(session, message_id)
-        text = snapshots.for_session(session).diff_text(*span, paths=[file]) if span else ""
+        text = snapshots_for_read(session, *span).diff_text(*span, paths=[file]) if span else ""
     return {"file": file, "patch": text}

@@ -27,6 +27,7 @@ from workspace import snapshots
 from workspace.worktree_files import plain_relative
 
 from ..models import Message, Part, Session
+from ..reads import snapshots_for_read
 from ..selectors import _part_size, message_data, messages_with_parts
 from .changes import objects_found
 
@@ -198,6 +199,15 @@ def _resolve(session: Session, a: str | None, b: str | None, other: Session | No
     )
 
 
+def _snap(session: Session, found: _Resolved) -> snapshots.Snapshots:
+    """Where the two points' files are read. Across sessions, ``b``'s tree is fetched along
+    the other session's lineage: the mirror, like the local store, is one store for both."""
+    if found.other is None:
+        return snapshots_for_read(session, found.tree_a, found.tree_b)
+    snapshots_for_read(found.other, found.tree_b)
+    return snapshots_for_read(session, found.tree_a)
+
+
 def compare_points(
     *, session: Session, a: str | None, b: str | None = None, other: Session | None = None
 ) -> dict[str, Any]:
@@ -212,7 +222,7 @@ def compare_points(
     side_b, cut_b = _bounded(points.path_b[points.shared :])
     loaded = {m.id: m for m in messages_with_parts(side_a + side_b)}
     with objects_found():
-        stat = snapshots.for_session(session).diff_stat(found.tree_a, found.tree_b)
+        stat = _snap(session, found).diff_stat(found.tree_a, found.tree_b)
     limit = settings.API_FILES_MAX
     files = [
         {
@@ -253,5 +263,5 @@ def compare_file(
         raise InvalidInput(f"file: {exc}") from exc
     found = _resolve(session, a, b, other)
     with objects_found():
-        patch = snapshots.for_session(session).diff_text(found.tree_a, found.tree_b, paths=[file])
+        patch = _snap(session, found).diff_text(found.tree_a, found.tree_b, paths=[file])
     return {"file": file, "patch": patch}

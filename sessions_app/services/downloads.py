@@ -31,10 +31,13 @@ from itertools import pairwise
 from django.conf import settings
 
 from core.errors import InvalidInput, NotFoundError
+from core.mode import holds_worktrees
 from workspace import skipped_files, snapshots, store, tree_objects, tree_reads
 
 from ..models import Message, Session
+from ..reads import snapshots_for_read
 from ..selectors import active_path, files_at, fork_point
+from . import revert_plan
 from .changes import path_start
 
 log = logging.getLogger(__name__)
@@ -74,18 +77,32 @@ def point(session: Session, message_id: str | None) -> Point:
 
 
 def _not_kept(session: Session, path: list[Message], leaf: str | None) -> list[dict[str, str]]:
-    """At the head: what the snapshots skip in the worktree now. Earlier: what the last step
-    before the point recorded as skipped."""
-    if leaf and leaf == session.head_id and not session.revert:
+    """At the head: what the snapshots skip in the worktree now. Earlier (and at the head in
+    a process without worktrees): what the last step before the point recorded as skipped."""
+    if leaf and leaf == session.head_id and not session.revert and holds_worktrees():
         try:
             return skipped_files.skipped(snapshots.for_session(session))
         except snapshots.SnapshotError:
             return []
+    return _recorded_not_kept(path)
+
+
+def _recorded_not_kept(path: list[Message]) -> list[dict[str, str]]:
     for message in reversed(path):
         for part in reversed(message.loaded_parts):
             if part.type == "step-finish":
                 return list((part.data or {}).get("skipped") or [])
     return []
+
+
+def not_kept_now(session: Session) -> dict:
+    """The worktree's files the snapshots do not keep (``revert_plan.not_kept``: ``{count,
+    files}``). In a process without worktrees: what the head's last step recorded (a file
+    written since is not counted; the worktree is never looked at)."""
+    if holds_worktrees():
+        return revert_plan.not_kept(snapshots.for_session(session))
+    skipped = _recorded_not_kept(active_path(session))
+    return {"count": len(skipped), "files": skipped[: revert_plan.NOT_KEPT_LISTED]}
 
 
 def not_kept_note(not_kept: list[dict[str, str]]) -> str:
@@ -159,7 +176,7 @@ def archive(session: Session, at: Point, fmt: str) -> Iterator[bytes]:
     """The files of ``at`` as a ``fmt`` archive, in chunks."""
     if fmt not in ARCHIVE_FORMATS:
         raise InvalidInput(f"format must be one of {', '.join(ARCHIVE_FORMATS)}.")
-    snap = snapshots.for_session(session)
+    snap = snapshots_for_read(session, at.tree)
     files = entries(snap, at.tree)  # read before the first chunk: a missing tree is a 404
     note = not_kept_note(at.not_kept)
     return _zip(snap, files, at, note) if fmt == "zip" else _tar(snap, files, at, note)
@@ -232,7 +249,7 @@ def patch(
         base = files_at(to.path, start) or snapshots.EMPTY_TREE
     else:
         base = path_start(to.path) or snapshots.EMPTY_TREE
-    snap = snapshots.for_session(session)
+    snap = snapshots_for_read(session, base, to.tree, *_turn_trees(to.path, start, fmt))
     if fmt == "diff":
         _within_limit(patch_bytes(snap, [(base, to.tree)]))
         chunks = tree_reads.full_diff(snap, base, to.tree)
@@ -340,6 +357,13 @@ def _changing_turns(path: list[Message], start: int, tree: str) -> list[tuple[st
             changing.append((prompt, after, when))
             tree = after
     return changing
+
+
+def _turn_trees(path: list[Message], start: int, fmt: str) -> list[str]:
+    """The files after each user turn of ``path[start:]`` (what a mailbox's commits hold)."""
+    if fmt != "mbox":
+        return []
+    return [files_at(path, end) or snapshots.EMPTY_TREE for _, end, _ in _turns(path, start)]
 
 
 def _turns(path: list[Message], start: int) -> list[tuple[str, int, float]]:

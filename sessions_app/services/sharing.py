@@ -23,6 +23,7 @@ from workspace import snapshots, tree_reads
 from workspace.worktree_files import PATH_MAX
 
 from ..models import Message, Part, Session, Share
+from ..reads import snapshots_for_read
 from ..selectors import (
     active_path,
     files_at,
@@ -122,9 +123,9 @@ def shared_data(
     session = share.session
     ids = path_ids(share.message_id, share.session_id) if share.message_id else []
     page = message_page(ids, limit=limit or settings.API_PAGE_DEFAULT, before=before)
-    snap = snapshots.for_session(session)
     start = _first_snapshot(ids) or snapshots.EMPTY_TREE
     tree = share.snapshot or snapshots.EMPTY_TREE
+    snap = snapshots_for_read(session, start, tree)
     return {
         **share_link(share),
         "session": {
@@ -195,7 +196,8 @@ def shared_file(share: Share, path: str) -> bytes:
     # limit for one (E2BIG, an OSError: a 500).
     if not path or any(p in ("", ".", "..") for p in parts) or len(path) >= PATH_MAX:
         raise NotFoundError("No such file in this shared conversation.")
-    body = snapshots.for_session(share.session).read_blob(share.snapshot, path)
+    snap = snapshots_for_read(share.session, share.snapshot)
+    body = snap.read_blob(share.snapshot, path)
     if body is None:
         raise NotFoundError("No such file in this shared conversation.")
     return body
