@@ -223,12 +223,13 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": int(os.environ.get("CELERY_VISIBILITY_TIMEOUT", "300"))
 }
 
-WORKSPACE_ROOT = Path(os.environ.get("WORKSPACE_ROOT") or str(BASE_DIR / "var/workspaces"))
+_workspace_root = os.environ.get("WORKSPACE_ROOT", str(BASE_DIR / "var/workspaces"))
 # WORKSPACE_ROOT set to "" (a web process of a deployment of several worker hosts): this
 # process holds no worktree; it reads snapshots from its mirror of the central store
 # (MIRROR_ROOT) and sends the work that touches files to the session's home host.
-HOLDS_WORKTREES = os.environ.get("WORKSPACE_ROOT") != ""
-MIRROR_ROOT = Path(os.environ.get("MIRROR_ROOT") or str(BASE_DIR / "var/mirror"))
+HOLDS_WORKTREES = _workspace_root != ""
+WORKSPACE_ROOT = Path(_workspace_root or BASE_DIR / "var/no-worktrees")
+MIRROR_ROOT = Path(os.environ.get("MIRROR_ROOT", str(BASE_DIR / "var/mirror")))
 # Share links need a login to read by default; true lets anyone with the link read (never
 # write; forking always needs a login).
 SHARE_ANONYMOUS_READ = env_bool("SHARE_ANONYMOUS_READ", False)
