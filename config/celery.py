@@ -10,8 +10,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("agentplat")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-# The tasks of runs (runs_app/tasks.py) and of a clone (sessions_app/repositories/tasks.py).
-app.autodiscover_tasks(["runs_app", "sessions_app.repositories"])
+# The tasks of runs (runs_app/tasks.py), of a clone (sessions_app/repositories/tasks.py) and
+# of a history move sent to a session's home host (sessions_app/tasks.py).
+app.autodiscover_tasks(["runs_app", "sessions_app.repositories", "sessions_app"])
 
 
 @signals.worker_init.connect

@@ -21,6 +21,9 @@ SNAPSHOT_REMOTE_TOKEN = os.environ.get("SNAPSHOT_REMOTE_TOKEN", "")
 SNAPSHOT_REMOTE_SSH_KEY = os.environ.get("SNAPSHOT_REMOTE_SSH_KEY", "")
 SNAPSHOT_REMOTE_KNOWN_HOSTS = os.environ.get("SNAPSHOT_REMOTE_KNOWN_HOSTS", "")
 SNAPSHOT_REMOTE_TIMEOUT = float(os.environ.get("SNAPSHOT_REMOTE_TIMEOUT", "30"))
+# How long a web process that holds no worktree waits for the home host's answer to a history
+# move or an upload's materialisation (sessions_app/host_calls.py).
+HOST_CALL_TIMEOUT = float(os.environ.get("HOST_CALL_TIMEOUT", "30"))
 # A run whose lease was not known renewed for this fraction of a lease stops (before the
 # lease can lapse and the sweep give the run to another worker).
 RUN_LEASE_STOP_FRACTION = float(os.environ.get("RUN_LEASE_STOP_FRACTION", "0.75"))

@@ -1,7 +1,7 @@
 """Repositories in and out (docs/repositories.md): the upload of an
 archive or a folder, the push of a session's work, and the caller's saved credentials. Thin
-views: ``repositories.fill``, ``repositories.push`` and ``repositories.credentials`` hold
-the logic."""
+views: ``repositories.fill`` (through ``repositories.upload_store``), ``repositories.push``
+and ``repositories.credentials`` hold the logic."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from api.base import ApiViewSet
 from core.errors import AppError, InvalidInput
 
 from ..repositories import credentials as credential_services
-from ..repositories import fill
 from ..repositories import push as repo_push
+from ..repositories import upload_store
 from ..selectors import session_data
 from ..services import sessions as session_services
 from .base import SessionScopedViewSet
@@ -71,7 +71,7 @@ class UploadViewSet(ApiViewSet):
         if archive is not None and not files:
             name = archive.name or "upload"
             session = session_services.create_session(owner=request.user, title=title or name)
-            session = fill.fill_from_upload(session=session, name=name, fileobj=archive)
+            session = upload_store.fill_upload(session=session, name=name, fileobj=archive)
         elif files and archive is None:
             paths = request.data.getlist("paths")
             if len(paths) != len(files):
@@ -80,7 +80,7 @@ class UploadViewSet(ApiViewSet):
             session = session_services.create_session(
                 owner=request.user, title=title or top or "Upload"
             )
-            session = fill.fill_from_upload(
+            session = upload_store.fill_upload(
                 session=session, name=top, files=list(zip(paths, files, strict=True))
             )
         else:

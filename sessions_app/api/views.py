@@ -21,6 +21,7 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from api.base import ApiViewSet, FormatIsTheViewsOwn
 from core import models_catalog
 
+from .. import host_calls
 from ..models import Part, Share
 from ..selectors import (
     lineage,
@@ -36,12 +37,8 @@ from ..selectors import (
     worktree_entry,
 )
 from ..services import changes as change_services
-from ..services import cleanup as cleanup_services
 from ..services import downloads, sharing
-from ..services import revert as revert_services
-from ..services import rollback as rollback_services
 from ..services import sessions as session_services
-from ..services import unrevert as unrevert_services
 from .base import SessionScopedViewSet
 from .serializers.files import (
     DIFF_OUT,
@@ -147,9 +144,7 @@ class SessionViewSet(SessionScopedViewSet):
     def head(self, request: Request, session_id: str) -> Response:
         session = self.get_object()
         message_id = self.body(HeadIn)["message_id"]
-        session = session_services.switch_head(
-            session=session, message_id=message_id, user=request.user
-        )
+        session = host_calls.call("head", session=session, message_id=message_id, user=request.user)
         return Response(session_data(session))
 
     @extend_schema(responses={200: WorktreeEntryOut(many=True)})
@@ -178,17 +173,17 @@ class SessionViewSet(SessionScopedViewSet):
     def revert(self, request: Request, session_id: str) -> Response:
         session = self.get_object()
         args = self.body(RevertIn)
-        session = revert_services.revert_session(session=session, user=request.user, **args)
+        session = host_calls.call("revert", session=session, user=request.user, **args)
         return Response(session_data(session))
 
     @extend_schema(request=None, responses={200: SessionOut})
     def unrevert(self, request: Request, session_id: str) -> Response:
-        session = unrevert_services.unrevert_session(session=self.get_object(), user=request.user)
+        session = host_calls.call("unrevert", session=self.get_object(), user=request.user)
         return Response(session_data(session))
 
     @extend_schema(request=None, responses={200: SessionOut})
     def cleanup(self, request: Request, session_id: str) -> Response:
-        session = cleanup_services.cleanup_session(session=self.get_object(), user=request.user)
+        session = host_calls.call("cleanup", session=self.get_object(), user=request.user)
         return Response(session_data(session))
 
     @extend_schema(parameters=[DiffQueryIn], responses={200: DIFF_OUT})
@@ -210,8 +205,8 @@ class SessionViewSet(SessionScopedViewSet):
     def rollback(self, request: Request, session_id: str) -> Response:
         session = self.get_object()
         num_turns = self.body(RollbackIn)["num_turns"]
-        session = rollback_services.rollback_session(
-            session=session, num_turns=num_turns, user=request.user
+        session = host_calls.call(
+            "rollback", session=session, num_turns=num_turns, user=request.user
         )
         return Response(session_data(session))
 

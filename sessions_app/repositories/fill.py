@@ -13,7 +13,8 @@ archive.
   session's first message: its patch part names every file, so a revert to it gives the
   empty worktree and an unrevert gives the clone back (docs/semantics.md §13.1).
 * **Upload.** ``fill_from_upload``: the same, in the request: ``unpack`` checks every
-  member (links, devices, ``..``, sizes, ratios) before anything is kept.
+  member (links, devices, ``..``, sizes, ratios) before anything is kept. A web process that
+  holds no worktree records it through the central store instead (``upload_store``).
 
 The request itself is checked first (``checks.check_repository``).
 """
@@ -26,6 +27,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -280,29 +282,44 @@ def _record_tree(
         os.rename(tree, worktree)
         try:
             seeding.adopt(snap, index, after)
-            files = snap.patch(snapshots.EMPTY_TREE, after)
-            message = Message.objects.create(
-                session=locked, role=Message.Role.USER, completed_at=timezone.now()
-            )
-            kind = source.get("type", "git")
-            rows = [
-                (Part.Type.TEXT, text, {"source": kind}),
-                (Part.Type.STEP_START, "", {"snapshot": after, "step": 0, "source": kind}),
-                (Part.Type.STEP_FINISH, "", {"snapshot": after, "step": 0}),
-                (Part.Type.PATCH, "", {"snapshot": snapshots.EMPTY_TREE, "files": files}),
-            ]
-            Part.objects.bulk_create(
-                Part(message=message, session=locked, order=i, type=t, text=body, data=data)
-                for i, (t, body, data) in enumerate(rows)
-            )
-            message.loaded_parts = list(message.parts.order_by("order"))
-            _release(locked, job, source, message, snap, after)
+            record_first_message(locked, job, snap, source, text, after)
         except BaseException:
             # Nothing is recorded: the files go too, and the worktree is empty again.
             emptied(worktree)
             raise
         events.publish_on_commit(session_id, events.SESSION_UPDATED, session=session_data(locked))
     return locked
+
+
+def record_first_message(
+    locked: Session,
+    job: str | None,
+    snap: snapshots.Snapshots,
+    source: dict,
+    text: str,
+    after: str,
+) -> Message:
+    """(The session row held.) The clone's or upload's first message — its text, its step
+    and the patch part that names every file of ``after`` — the session released idle with it
+    as its head, and the history event. ``snap``: any store that holds ``after``."""
+    files = snap.patch(snapshots.EMPTY_TREE, after)
+    message = Message.objects.create(
+        session=locked, role=Message.Role.USER, completed_at=timezone.now()
+    )
+    kind = source.get("type", "git")
+    rows = [
+        (Part.Type.TEXT, text, {"source": kind}),
+        (Part.Type.STEP_START, "", {"snapshot": after, "step": 0, "source": kind}),
+        (Part.Type.STEP_FINISH, "", {"snapshot": after, "step": 0}),
+        (Part.Type.PATCH, "", {"snapshot": snapshots.EMPTY_TREE, "files": files}),
+    ]
+    Part.objects.bulk_create(
+        Part(message=message, session=locked, order=i, type=t, text=body, data=data)
+        for i, (t, body, data) in enumerate(rows)
+    )
+    message.loaded_parts = list(message.parts.order_by("order"))
+    _release(locked, job, source, message, snap, after)
+    return message
 
 
 def _release(
@@ -360,11 +377,24 @@ def fail(session_id: str, job: str, sentence: str) -> None:
 
 
 # -- upload ------------------------------------------------------------------------------------
-def fill_from_upload(*, session: Session, name: str, fileobj=None, files=None) -> Session:  # noqa: ANN001
+Recorder = Callable[[str, Path, dict, str], Session]
+
+
+def fill_from_upload(
+    *,
+    session: Session,
+    name: str,
+    fileobj=None,  # noqa: ANN001
+    files=None,  # noqa: ANN001
+    record: Recorder | None = None,
+) -> Session:
     """Fill a new, empty ``session``'s worktree with an uploaded archive's files (or a
     dropped folder's) and record it as its first history event; refused whole, with the
-    session deleted and nothing kept, when ``unpack`` refuses it."""
-    staging = _staging(session)
+    session deleted and nothing kept, when ``unpack`` refuses it. ``record`` (session id,
+    unpacked tree, source, text): how the tree is recorded, unpacked in a scratch directory
+    outside ``WORKSPACE_ROOT`` (``upload_store``: a web process that holds no worktree);
+    default, moved in as the worktree (``_finish``)."""
+    staging = _staging(session) if record is None else Path(tempfile.mkdtemp(prefix="upload-"))
     tree = staging / "tree"
     limits = {
         "max_bytes": _byte_limit(session),
@@ -379,6 +409,8 @@ def fill_from_upload(*, session: Session, name: str, fileobj=None, files=None) -
         tree.mkdir(exist_ok=True)
         source = {"type": "upload", "name": name[:200], "files": done.files}
         text = f"Uploaded {name or 'a folder'}: {done.files:,} files, {done.bytes:,} bytes."
+        if record is not None:
+            return record(session.id, tree, source, text)
         return _finish(session.id, None, tree, source, text, seed=False)
     except ArchiveRefused as exc:
         _drop(session)

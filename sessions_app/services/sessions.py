@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from core import mode
 from core.errors import ConflictError, InvalidInput, NotFoundError, SessionBusyError
 from quotas_app import services as quotas
 from realtime import events
@@ -56,7 +57,8 @@ def create_session(
             source=source,
             host=hosts.place(),  # its home host: where its runs and clone go
         )
-        session.worktree.mkdir(parents=True, exist_ok=True)
+        if mode.holds_worktrees():  # else its home host makes it (rehome.on_claim)
+            session.worktree.mkdir(parents=True, exist_ok=True)
         if source:
             hold_for_clone(session)
     return session

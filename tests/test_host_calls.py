@@ -1,0 +1,246 @@
+"""Issue 45, steps 1 and 3 (sessions_app/host_calls.py, sessions_app/repositories/upload_store.py):
+a web process that holds no worktree (this test process, ``HOLDS_WORKTREES`` False, its
+``WORKSPACE_ROOT`` never made) sends the history moves that touch files and an upload's files
+to the session's home host. Two real Celery workers (hosts alpha and beta, each its own
+``WORKSPACE_ROOT``) and the central store on the https git server; the moves change the files
+on the home host's worktree and nowhere else, an error raised there is the same JSON, a dead
+home is moved to a live host that materialises the worktree, a host that does not answer is
+a 503 and the call, picked up later, does nothing."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import zipfile
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings as django_settings
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
+
+from runs_app.models import Run
+from sessions_app import host_calls
+from sessions_app.models import HistoryEvent, Host, Message, Part, Session
+from tests.conftest import new_session, wait_until
+from tests.e2e.stack import Processes, base_env, services_database_url
+from tests.support.git_server import GitServer, git_server
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
+LEASE = 6  # a beat every 3 s
+HOSTS = ("alpha", "beta")
+
+
+class Cluster:
+    def __init__(self, store: GitServer, roots: dict[str, Path], queue: str, procs: Processes):
+        self.store, self.roots, self.queue, self.procs = store, roots, queue, procs
+
+    def files(self, host: str, sid: str) -> dict[str, str]:
+        root = self.roots[host] / sid
+        return {
+            p.relative_to(root).as_posix(): p.read_text()
+            for p in root.rglob("*")
+            if p.is_file() and ".git" not in p.relative_to(root).parts
+        }
+
+
+@pytest.fixture(scope="module")
+def cluster(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Cluster]:  # noqa: ANN001
+    """The central store and one worker per host, started once for the module (slow)."""
+    tmp = tmp_path_factory.mktemp("host-calls")
+    with django_db_blocker.unblock(), git_server(tmp) as store:
+        store.make_repo("central", {"README": "the central store\n"})
+        env = base_env(
+            DATABASE_URL=services_database_url(),
+            REDIS_URL=django_settings.REDIS_URL,
+            RUN_LEASE_SECONDS=str(LEASE),
+            SNAPSHOT_REMOTE=store.url("central"),
+            SNAPSHOT_REMOTE_TOKEN=store.token,
+            GIT_SSL_CAINFO=str(store.ca_file),
+        )
+        procs = Processes()
+        roots = {host: tmp / host for host in HOSTS}
+        try:
+            for host in HOSTS:
+                procs.worker({**env, "WORKER_HOST": host, "WORKSPACE_ROOT": str(roots[host])}, tmp)
+            yield Cluster(store, roots, env["CELERY_QUEUE"], procs)
+        finally:
+            procs.stop()
+
+
+@pytest.fixture
+def web(cluster: Cluster, settings, tmp_path) -> Path:  # noqa: ANN001
+    """This process as the web of the deployment: no worktree, its runs sent to the hosts."""
+    settings.HOLDS_WORKTREES = False
+    settings.WORKSPACE_ROOT = tmp_path / "web-root"
+    settings.RUN_EXECUTOR = "celery"
+    settings.CELERY_TASK_DEFAULT_QUEUE = cluster.queue
+    settings.RUN_LEASE_SECONDS = LEASE
+    settings.SNAPSHOT_REMOTE = cluster.store.url("central")
+    settings.SNAPSHOT_REMOTE_TOKEN = cluster.store.token
+    settings.GIT_SSL_CAINFO = str(cluster.store.ca_file)
+    settings.HOST_CALL_TIMEOUT = 30
+    try:
+        wait_until(lambda: _live() >= set(HOSTS), 60, "both hosts to beat", every=0.2)
+    except BaseException:
+        print(cluster.procs.logs())
+        raise
+    return settings.WORKSPACE_ROOT
+
+
+def _live() -> set[str]:
+    since = timezone.now() - timedelta(seconds=LEASE)
+    return set(Host.objects.filter(last_heartbeat__gte=since).values_list("name", flat=True))
+
+
+def _turn(api, sid: str, script: str) -> None:  # noqa: ANN001
+    body = {"messages": [{"role": "user", "content": script}]}
+    run_id = api.post(f"/api/sessions/{sid}/runs/", body, format="json").json()["id"]
+    finished = wait_until(
+        lambda: (
+            Run.objects.filter(id=run_id, status__in=["completed", "failed", "cancelled"])
+            .values_list("status", flat=True)
+            .first()
+        ),
+        60,
+        "the run to end on its host",
+        every=0.1,
+    )
+    assert finished == "completed"
+
+
+def _users(sid: str) -> list[str]:
+    rows = Message.objects.filter(session_id=sid, role=Message.Role.USER).order_by("id")
+    return list(rows.values_list("id", flat=True))
+
+
+def _zip(members: dict[str, str]) -> SimpleUploadedFile:
+    data = io.BytesIO()
+    with zipfile.ZipFile(data, "w") as archive:
+        for name, text in members.items():
+            archive.writestr(name, text)
+    return SimpleUploadedFile("proj.zip", data.getvalue())
+
+
+def test_history_moves_change_the_files_on_the_home_host_only(cluster, web, api, outsider_api):
+    sid = new_session(api)
+    home = Session.objects.get(id=sid).host
+    other = next(h for h in HOSTS if h != home)
+    _turn(api, sid, "write f.txt one")
+    _turn(api, sid, "write f.txt two")
+    assert cluster.files(home, sid) == {"f.txt": "two"}
+    second = _users(sid)[1]
+    url = f"/api/sessions/{sid}"
+
+    assert (
+        outsider_api.post(f"{url}/revert/", {"message_id": second}, format="json").status_code
+        == 404
+    )
+    assert outsider_api.post(f"{url}/unrevert/").status_code == 404
+    assert cluster.files(home, sid) == {"f.txt": "two"}
+
+    answer = api.post(f"{url}/revert/", {"message_id": second}, format="json")
+    assert answer.status_code == 200, answer.json()
+    assert answer.json()["revert"]["message_id"] == second
+    assert cluster.files(home, sid) == {"f.txt": "one"}
+    # An error raised on the host is the JSON a direct call answers.
+    refused = api.post(f"{url}/rollback/", {"num_turns": 1}, format="json")
+    assert refused.status_code == 409
+    assert refused.json() == {
+        "error": {
+            "type": "ConflictError",
+            "message": "A revert is pending: unrevert or confirm it before a rollback.",
+        }
+    }
+    answer = api.post(f"{url}/unrevert/")
+    assert answer.status_code == 200 and answer.json()["revert"] is None
+    assert cluster.files(home, sid) == {"f.txt": "two"}
+
+    assert api.post(f"{url}/revert/", {"message_id": second}, format="json").status_code == 200
+    answer = api.post(f"{url}/cleanup/")
+    assert answer.status_code == 200 and answer.json()["revert"] is None
+    assert cluster.files(home, sid) == {"f.txt": "one"}
+    assert len(_users(sid)) == 1  # the second turn is gone
+
+    _turn(api, sid, "write g.txt three")
+    answer = api.post(f"{url}/rollback/", {"num_turns": 1}, format="json")
+    assert answer.status_code == 200
+    first_leaf = Session.objects.get(id=sid).head_id
+    assert HistoryEvent.objects.filter(session_id=sid, kind="rollback").count() == 1
+    # The rolled-back branch shown again: its files are the worktree's (nothing to move).
+    answer = api.post(f"{url}/head/", {"message_id": _users(sid)[-1]}, format="json")
+    assert answer.status_code == 200 and Session.objects.get(id=sid).head_id != first_leaf
+    assert cluster.files(home, sid) == {"f.txt": "one", "g.txt": "three"}
+    assert HistoryEvent.objects.filter(session_id=sid, kind="head").count() == 1
+
+    assert not (cluster.roots[other] / sid).exists()
+    assert not web.exists()  # the web never made a worktree, nor its root
+
+
+def test_an_upload_s_files_appear_on_its_host_only(cluster, web, api):
+    answer = api.post("/api/sessions/upload/", {"file": _zip({"src/a.py": "A\n", "b.md": "B"})})
+    assert answer.status_code == 201, answer.json()
+    sid = answer.json()["id"]
+    session = Session.objects.get(id=sid)
+    assert cluster.files(session.host, sid) == {"src/a.py": "A\n", "b.md": "B"}
+    other = next(h for h in HOSTS if h != session.host)
+    assert not (cluster.roots[other] / sid).exists()
+    assert not web.exists()
+    # Recorded as a local upload records it: its text, and a patch part naming every file.
+    parts = Part.objects.filter(message_id=session.head_id).order_by("order")
+    assert parts[0].text == "Uploaded proj.zip: 2 files, 3 bytes."
+    assert parts[3].data["files"] == ["b.md", "src/a.py"]
+    assert session.replicated_snapshot == parts[1].data["snapshot"]
+    assert HistoryEvent.objects.filter(session_id=sid, kind="upload").count() == 1
+
+
+def test_a_dead_home_moves_to_a_live_host_that_materialises_the_worktree(cluster, web, api):
+    answer = api.post("/api/sessions/upload/", {"file": _zip({"f.txt": "kept\n"})})
+    sid = answer.json()["id"]
+    first = Session.objects.get(id=sid).host
+    target = next(h for h in HOSTS if h != first)
+    gone = timezone.now() - timedelta(seconds=10 * LEASE)
+    Host.objects.create(name="gone", last_heartbeat=gone, started_at=gone)
+    Session.objects.filter(id=sid).update(host="gone")
+    Host.objects.filter(name=first).update(draining=True)  # the move goes to the other host
+    message = Session.objects.get(id=sid).head_id
+
+    reverted = api.post(f"/api/sessions/{sid}/revert/", {"message_id": message}, format="json")
+    assert reverted.status_code == 200, reverted.json()
+    assert Session.objects.get(id=sid).host == target
+    assert (cluster.roots[target] / sid).is_dir() and cluster.files(target, sid) == {}
+    assert api.post(f"/api/sessions/{sid}/unrevert/").status_code == 200
+    assert cluster.files(target, sid) == {"f.txt": "kept\n"}  # from the central store
+    assert cluster.files(first, sid) == {"f.txt": "kept\n"}  # the old copy, untouched
+    assert not web.exists()
+
+
+def test_a_host_that_does_not_answer_is_a_503_and_nothing_changes(cluster, web, api, settings):
+    settings.HOST_CALL_TIMEOUT = 1
+    Host.objects.create(name="ghost")  # beats now: live, but no worker reads its queue
+    sid = new_session(api)
+    Session.objects.filter(id=sid).update(host="ghost")
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    queue = f"{cluster.queue}.host.ghost"
+    broker.delete(queue)
+
+    answer = api.post(f"/api/sessions/{sid}/revert/", {"message_id": "m-none"}, format="json")
+    assert answer.status_code == 503
+    assert answer.json()["error"]["type"] == "ServiceUnavailable"
+    assert "did not answer in time; nothing was changed" in answer.json()["error"]["message"]
+    assert answer["Retry-After"] == "1"
+    # The message a ghost worker would read later is abandoned: running it does nothing.
+    message = json.loads(broker.rpop(queue))
+    payload = json.loads(base64.b64decode(message["body"]))[0][0]
+    assert payload["name"] == "revert" and payload["session"] == sid
+    session = Session.objects.get(id=sid)
+    replies = f"agentplat:host-call:{payload['id']}:reply"
+    host_calls.answer(payload)
+    assert broker.llen(replies) == 0
+    assert Session.objects.get(id=sid).updated_at == session.updated_at
+    assert not HistoryEvent.objects.filter(session_id=sid).exists()
+    assert not web.exists()
