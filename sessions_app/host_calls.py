@@ -103,18 +103,19 @@ def call(name: str, *, session: Session, user=None, **kwargs: Any) -> Session:  
 def home_of(session: Session) -> str:
     """The session's live home, after moving a dead or blank one to the live host with the
     fewest sessions (``HostUnavailable`` when no host is live)."""
-    current = Session.objects.filter(id=session.id).values_list("host", flat=True).first()
-    if current is None:
-        raise NotFoundError("Session not found.")
-    if current and hosts.is_live(current):
-        return current
-    target = hosts.place()
-    if not target:
-        raise HostUnavailable("No worker host is live to hold this session's files; try again.")
-    if Session.objects.filter(id=session.id, host=current).update(host=target):
-        log.info("session %s re-homed from %r to %r for a move", session.id, current, target)
-        return target
-    return home_of(session)  # moved meanwhile (a claim, a drain): its new home
+    for _ in range(3):  # a claim or a drain that moves it meanwhile: its new home
+        current = Session.objects.filter(id=session.id).values_list("host", flat=True).first()
+        if current is None:
+            raise NotFoundError("Session not found.")
+        if current and hosts.is_live(current):
+            return current
+        target = hosts.place()
+        if not target:
+            break
+        if Session.objects.filter(id=session.id, host=current).update(host=target):
+            log.info("session %s re-homed from %r to %r for a move", session.id, current, target)
+            return target
+    raise HostUnavailable("No worker host is live to hold this session's files; try again.")
 
 
 def _client() -> redis.Redis:

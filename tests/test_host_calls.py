@@ -244,3 +244,17 @@ def test_a_host_that_does_not_answer_is_a_503_and_nothing_changes(cluster, web, 
     assert Session.objects.get(id=sid).updated_at == session.updated_at
     assert not HistoryEvent.objects.filter(session_id=sid).exists()
     assert not web.exists()
+
+
+def test_with_no_live_host_to_go_to_a_move_is_a_503(cluster, web, api):
+    sid = new_session(api)
+    Session.objects.filter(id=sid).update(host="")
+    Host.objects.update(draining=True)  # none takes a session
+    answer = api.post(f"/api/sessions/{sid}/unrevert/")
+    assert answer.status_code == 503
+    assert answer.json()["error"] == {
+        "type": "ServiceUnavailable",
+        "message": "No worker host is live to hold this session's files; try again.",
+    }
+    assert Session.objects.get(id=sid).host == ""
+    assert not web.exists()
