@@ -143,6 +143,22 @@ def test_history_moves_change_the_files_on_the_home_host_only(cluster, web, api,
     assert outsider_api.post(f"{url}/unrevert/").status_code == 404
     assert cluster.files(home, sid) == {"f.txt": "two"}
 
+    # Busy with a run on its host: the host's 409 is the JSON a direct call answers.
+    body = {"messages": [{"role": "user", "content": "wait 5"}]}
+    waiting = api.post(f"{url}/runs/", body, format="json").json()["id"]
+    wait_until(
+        lambda: Run.objects.filter(id=waiting, status="running").exists(), 30, "the wait", 0.1
+    )
+    busy = api.post(f"{url}/revert/", {"message_id": second}, format="json")
+    assert busy.status_code == 409
+    assert busy.json() == {
+        "error": {"type": "SessionBusyError", "message": "A run is in progress on this session."}
+    }
+    # (Not cancelled: a cancel from the web still reads the snapshot store, runs_app's part.)
+    wait_until(
+        lambda: Run.objects.filter(id=waiting, status="completed").exists(), 30, "its end", 0.1
+    )
+
     answer = api.post(f"{url}/revert/", {"message_id": second}, format="json")
     assert answer.status_code == 200, answer.json()
     assert answer.json()["revert"]["message_id"] == second
