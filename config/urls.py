@@ -4,7 +4,7 @@ from django.contrib.staticfiles.views import serve as serve_static
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from runs_app import dashboard
+from runs_app import dashboard, usage_page
 from runs_app import pages as run_pages
 from runs_app.api import alternatives as alternative_views
 from runs_app.api import views as run_views
@@ -124,6 +124,7 @@ urlpatterns = [
     path("metrics", metrics_view),  # Prometheus: METRICS_TOKEN (runs_app/metrics.py)
     path("", include(pages.urlpatterns)),
     path("", include(run_pages.urlpatterns)),
+    path("usage/", usage_page.usage_page, name="usage"),  # the user's own (issue 46)
     re_path(
         r"^" + settings.STATIC_URL.lstrip("/") + r"(?P<path>.*)$",
         serve_static,

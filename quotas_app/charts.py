@@ -52,6 +52,12 @@ class Chart:
     plot_left: int
     plot_right: int
     empty: bool
+    axis_prefix: str = ""  # "$": a chart of money, whose emptiness may be a price of $0
+    note: str = ""  # what the chart says when empty, if not about model calls
+
+    @property
+    def money(self) -> bool:
+        return self.axis_prefix == "$"
 
     @property
     def middle(self) -> tuple[float, float]:
@@ -154,6 +160,7 @@ def stacked_days(
         plot_left=LEFT,
         plot_right=WIDTH - RIGHT,
         empty=not rects,
+        axis_prefix=axis_prefix,
     )
 
 
