@@ -52,10 +52,13 @@ def branches(api) -> tuple[str, dict, dict, dict]:  # noqa: ANN001
 def test_a_step_from_another_branch_is_applied_onto_the_head_and_revert_undoes_it(api, branches):
     sid, _base, x, _y = branches
     step = tool_part(x["id"], "b.txt")
-    answer = api.post(f"/api/sessions/{sid}/apply/", {"part_id": step.id}, format="json")
+    answer = api.post(
+        f"/api/sessions/{sid}/apply/", {"part_id": step.id, "scope": "step"}, format="json"
+    )
     assert answer.status_code == 200, answer.json()
     result = answer.json()
-    # The step wrote b.txt and a.txt (one tool-batch step): both come, three-way clean.
+    # The step wrote b.txt and a.txt (one tool-batch step): both come, three-way clean
+    # (a call's own file only without scope "step": tests/test_apply_call.py).
     assert sorted(result["applied"]) == ["a.txt", "b.txt"] and result["conflicts"] == []
     assert files(sid) == {"a.txt": "x-version", "b.txt": "from-x", "c.txt": "from-y"}
     # The history event: a message on the head's path whose applied part names the source.

@@ -1,5 +1,7 @@
-"""Apply a change from elsewhere onto the head (docs/semantics.md §14.2): the change one tool step
-made (its step's before-snapshot → after-snapshot), or a whole turn's, from any branch of this
+"""Apply a change from elsewhere onto the head (docs/semantics.md §14.2): the change one tool call
+made (its step's before-snapshot → after-snapshot, restricted to the paths a file tool names;
+a shell call's whole step, as its writes are not told apart), or a whole step's, or a whole
+turn's, from any branch of this
 session or of another session of the caller's (a fork, an alternative), merged three-way into
 the head's files by git's own merge in the snapshot store (``Snapshots.merge_trees``).
 
@@ -30,6 +32,11 @@ from .files_follow import FilesFollow
 from .sessions import newest_leaf
 
 ON_CONFLICT = ("refuse", "markers")
+SCOPES = ("call", "step")
+# The tools of runs_app/tools.py that change only the file ``input.path`` names, and those
+# that change no file; any other tool (``shell``) applies its whole step.
+FILE_TOOLS = ("write", "append", "delete")
+NO_CHANGE_TOOLS = ("read", "list", "wait")
 FILES_NAMED = 50  # in the message's text; the patch part lists them all
 
 
@@ -43,6 +50,9 @@ class Change:
     message: Message
     part: Part | None
     label: str
+    scope: str = "turn"
+    # With scope "call": the only files taken from ``before`` → ``after``.
+    paths: tuple[str, ...] = ()
 
 
 def _readable(session_id: str, user) -> Session:  # noqa: ANN001
@@ -68,22 +78,53 @@ def _step_of(message: Message, part: Part) -> tuple[str, str]:
     return start.data["snapshot"], finish.data["snapshot"]
 
 
-def source_change(*, part_id: str | None, message_id: str | None, user) -> Change:  # noqa: ANN001
-    """The change ``part_id`` (a tool call: its step's) or ``message_id`` (its turn's)
-    made, in a session of ``user``'s."""
+def call_paths(part: Part) -> tuple[str, ...]:
+    """The file a file tool's call names (``input.path``, its empty and '.' segments
+    dropped, as the tool resolves it); () for any other call."""
+    path = ((part.state or {}).get("input") or {}).get("path")
+    if part.tool not in FILE_TOOLS or not isinstance(path, str):
+        return ()
+    name = "/".join(p for p in path.strip().split("/") if p not in ("", "."))
+    return (name,) if name else ()
+
+
+def _call_change(part: Part, session: Session, scope: str) -> Change:
+    """A tool call's change: its own file's (``scope`` "call", a file tool), else its
+    step's."""
+    if part.type != Part.Type.TOOL:
+        raise InvalidInput("part_id must name a tool call.")
+    if part.tool in NO_CHANGE_TOOLS:
+        raise InvalidInput(f"A {part.tool} call changes no file: it has nothing to apply.")
+    message = Message.objects.get(id=part.message_id)
+    message.loaded_parts = list(message.parts.order_by("order"))
+    before, after = _step_of(message, part)
+    paths = call_paths(part)
+    if scope == "call" and part.tool in FILE_TOOLS:
+        if not paths:
+            raise InvalidInput(f"That {part.tool} call names no file: it has nothing to apply.")
+        label = f"the {part.tool} {', '.join(paths)} call"
+        return Change(before, after, session, message, part, label, "call", paths)
+    return Change(before, after, session, message, part, f"the {part.tool} step", "step")
+
+
+def source_change(
+    *,
+    part_id: str | None,
+    message_id: str | None,
+    user,  # noqa: ANN001
+    scope: str = "call",
+) -> Change:
+    """The change ``part_id`` (a tool call: its own, or its step's with ``scope`` "step")
+    or ``message_id`` (its turn's) made, in a session of ``user``'s."""
     if bool(part_id) == bool(message_id):
-        raise InvalidInput("Give part_id (one tool step's change) or message_id (a turn's).")
+        raise InvalidInput("Give part_id (one tool call's change) or message_id (a turn's).")
+    if scope not in SCOPES:
+        raise InvalidInput("scope must be one of call, step.")
     if part_id:
         part = Part.objects.filter(id=part_id).first()
         if part is None:
             raise NotFoundError("No such part or message.")
-        session = _readable(part.session_id, user)
-        if part.type != Part.Type.TOOL:
-            raise InvalidInput("part_id must name a tool call.")
-        message = Message.objects.get(id=part.message_id)
-        message.loaded_parts = list(message.parts.order_by("order"))
-        before, after = _step_of(message, part)
-        return Change(before, after, session, message, part, f"the {part.tool} step")
+        return _call_change(part, _readable(part.session_id, user), scope)
     message = Message.objects.filter(id=message_id).first()
     if message is None:
         raise NotFoundError("No such part or message.")
@@ -101,7 +142,7 @@ def source_change(*, part_id: str | None, message_id: str | None, user) -> Chang
     finishes = [p.data.get("snapshot") for p in turn if p.type == Part.Type.STEP_FINISH]
     if not starts or not finishes or not finishes[-1]:
         raise InvalidInput("That turn made no step with files: it has no change to apply.")
-    return Change(starts[0], finishes[-1], session, path[start], None, "the turn")
+    return Change(starts[0], finishes[-1], session, path[start], None, "the turn", "turn")
 
 
 def apply_change(
@@ -111,11 +152,13 @@ def apply_change(
     part_id: str | None = None,
     message_id: str | None = None,
     on_conflict: str = "refuse",
+    scope: str = "call",
 ) -> dict:
-    """Merge the change into ``session``'s head: ``{applied, conflicts, message_id}``."""
+    """Merge the change into ``session``'s head: ``{applied, conflicts, message_id, scope,
+    paths}`` (``paths``: the call's files with scope "call", else [])."""
     if on_conflict not in ON_CONFLICT:
         raise InvalidInput("on_conflict must be one of refuse, markers.")
-    change = source_change(part_id=part_id, message_id=message_id, user=user)
+    change = source_change(part_id=part_id, message_id=message_id, user=user, scope=scope)
     with FilesFollow(session.id) as follow, transaction.atomic():
         locked = lock.lock_idle_session(session.id)
         if locked.revert:
@@ -125,7 +168,11 @@ def apply_change(
         snap = snapshots.for_session(locked)
         current = snap.track(journal=True)
         try:
-            merged, conflicts = trees.merge_trees(snap, change.before, current, change.after)
+            theirs = change.after
+            if change.paths:
+                # Only the call's files: the step's change on the others is left out.
+                theirs = trees.compose(snap, change.before, dict.fromkeys(change.paths, theirs))
+            merged, conflicts = trees.merge_trees(snap, change.before, current, theirs)
         except snapshots.MissingObjectError:
             raise NotFoundError(
                 "That change needs snapshot content that is not in the store."
@@ -140,7 +187,13 @@ def apply_change(
             if changed:
                 snap.checkout(merged, changed)
             message = _record(locked, user, change, current, merged, changed, conflicts)
-    return {"applied": changed, "conflicts": conflicts, "message_id": message.id}
+    return {
+        "applied": changed,
+        "conflicts": conflicts,
+        "message_id": message.id,
+        "scope": change.scope,
+        "paths": list(change.paths),
+    }
 
 
 def _record(
@@ -168,6 +221,7 @@ def _record(
         "source_session_id": change.session.id,
         "source_message_id": change.message.id,
         "source_part_id": change.part.id if change.part else None,
+        "scope": change.scope,
         "files": changed,
         "conflicts": conflicts,
     }
