@@ -7,6 +7,7 @@ from .execution import sweeper
 from .execution.drain import drain
 from .execution.host import host
 from .execution.runtime import TASK_NAME
+from .services import fork_job
 
 
 @shared_task(
@@ -27,6 +28,15 @@ def run_agent_task(self, run_id: str) -> None:  # noqa: ANN001
     if begun.result():
         # Another worker's live lease still holds the session; the host retries by itself.
         return
+
+
+@shared_task(name=fork_job.FORK_TASK, acks_late=False)
+def prepare_fork_task(
+    fork_id: str, job: str, source_id: str, tree: str, then: list | None = None
+) -> None:
+    """Make a fork's files on its host (``fork_job.prepare``). Acked on receipt, as a clone's
+    job: a worker lost meanwhile leaves the fork held until its lease lapses."""
+    fork_job.prepare(fork_id, job, source_id, tree, then)
 
 
 @worker_ready.connect

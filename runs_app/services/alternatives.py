@@ -87,13 +87,15 @@ def start_alternatives(
             leaf=fork_at,
             title=f"{session.title} — alternative {i + 1} of {n}"[:200],
             system_prompt=session.system_prompt,
+            then=messages,  # run by the job that makes its files on another host, if one does
         )
         Session.objects.filter(id=fork.id).update(
             lineage_kind="alternative", alternative_group=group
         )
         forks.append(fork)
     for fork in forks:
-        start_run(session=fork, user=user, messages=messages)
+        if fork.status != Session.Status.PREPARING:
+            start_run(session=fork, user=user, messages=messages)
     HistoryEvent.objects.create(
         session=session,
         kind="alternatives",

@@ -24,6 +24,11 @@ whose cost is a directory entry per file, not its bytes. Where no overlay can be
 fork is checked out from the tree recorded at the fork point (``materialize``, which also
 fills the index's stat data, so the fork's first snapshot is a stat walk): every file
 written, time and disk following the worktree's size.
+
+A process that holds no worktree (a web process of several worker hosts) copies the rows the
+same way and leaves the files to a job on the fork's host, the fork ``preparing`` meanwhile
+(``fork_job.py``: the cheap path there when the source's files are on that host, else the
+tree fetched from the central store).
 """
 
 from __future__ import annotations
@@ -38,12 +43,12 @@ from django.db import connection, transaction
 from core import ids
 from sessions_app.models import HistoryEvent, Message, Part, Session, Share
 from sessions_app.selectors import fork_point
-from sessions_app.services.changes import changes_summary
 from sessions_app.services.sessions import check_session_quota, fork_title
 from sessions_app.services.sharing import withhold_clone_address
-from workspace import linked_fork, sandbox, snapshots
+from workspace import snapshots
 
 from ..models import Run
+from . import fork_job
 
 PATH = (
     "path(id, parent_id) AS ("
@@ -282,14 +287,19 @@ def copy_path(
     tree: str | None = None,
     system_prompt: str = "",
     kind: str = "",
+    then: list | None = None,
 ) -> Session:
     """A new session of ``user`` with exactly the path root → ``leaf`` (``None``: the empty
     conversation; never "the head") and the files of ``tree`` (default: the tree recorded at
     ``leaf``). Untitled, it is ``Fork of <title>`` (``Fork 2 of …`` when the user has that
-    one). ``kind`` is its ``lineage_kind`` (``share``, ``admin``, ``alternative``)."""
+    one). ``kind`` is its ``lineage_kind`` (``share``, ``admin``, ``alternative``). ``then``:
+    the messages of a run its files' job starts, when a job makes them (the fork comes back
+    ``preparing``); else the caller starts it."""
     fork = _new_session(source, user, leaf, title=title, system_prompt=system_prompt, kind=kind)
+    here = fork_job.files_here()
+    if not here:
+        fork.host = fork_job.place(source)  # its files are made there (fork_job.py)
     now_ms = int(time.time() * 1000)
-    snap = snapshots.for_session(fork)
     try:
         with transaction.atomic(), connection.cursor() as cursor:
             check_session_quota(user)
@@ -303,28 +313,38 @@ def copy_path(
                 _copy(cursor, source, fork.id, leaf, now_ms, same_owner=same_owner)
                 if not same_owner:
                     withhold_clone_address(fork)
-            HistoryEvent.objects.create(
-                session=fork,
-                kind="fork",
-                created_by=user,
-                data={
-                    "source_session_id": source.id,
-                    "message_id": leaf,
-                    "snapshot": tree,
-                    # Where it came from, as the forker saw it then: the lineage panel names
-                    # it when the source is not the forker's to open (a share, the admin).
-                    "source_title": source.title,
-                    "source_owner": source.owner.get_username(),
-                },
-            )
-            # The files last, still inside the transaction: if git fails, no rows remain.
-            _copy_files(fork, source, snap, tree)
+            _record(fork, source, user, leaf, tree)
+            if here:
+                # The files last, still inside the transaction: if git fails, no rows remain.
+                _copy_files(fork, source, snapshots.for_session(fork), tree)
+            else:
+                # Made on the fork's host by a job holding the fork (fork_job.py).
+                fork_job.hold(fork, source.id, tree, then)
     except BaseException:
-        shutil.rmtree(fork.worktree, ignore_errors=True)
-        shutil.rmtree(fork.snapshot_dir, ignore_errors=True)
+        if here:
+            shutil.rmtree(fork.worktree, ignore_errors=True)
+            shutil.rmtree(fork.snapshot_dir, ignore_errors=True)
         raise
     fork.refresh_from_db()
     return fork
+
+
+def _record(fork: Session, source: Session, user, leaf: str | None, tree: str | None) -> None:  # noqa: ANN001
+    """The fork's history event."""
+    HistoryEvent.objects.create(
+        session=fork,
+        kind="fork",
+        created_by=user,
+        data={
+            "source_session_id": source.id,
+            "message_id": leaf,
+            "snapshot": tree,
+            # Where it came from, as the forker saw it then: the lineage panel names it when
+            # the source is not the forker's to open (a share, the admin).
+            "source_title": source.title,
+            "source_owner": source.owner.get_username(),
+        },
+    )
 
 
 def _new_session(
@@ -348,7 +368,9 @@ def _new_session(
         forked_from_session=source,
         forked_from_message_id=leaf,
         source=_origin(source, user, kind),
-        host=source.host,  # the source's home: the hard-linked copy stays on one disk
+        # The source's home: the hard-linked copy stays on one disk (``fork_job.place`` when
+        # this process holds no worktree).
+        host=source.host,
     )
 
 
@@ -367,29 +389,15 @@ def _copy_files(
     fork: Session, source: Session, snap: snapshots.Snapshots, tree: str | None
 ) -> None:
     """The fork's snapshot store (the source's objects adopted, a shallow clone's boundary
-    kept) and its worktree checked out at ``tree``, with the summary of what the copied
-    path changed."""
-    snap.adopt_objects_of(snapshots.for_session(source))
-    shallow = source.snapshot_dir / "shallow"  # a shallow clone's boundary (push)
-    if shallow.is_file():
-        snap.ensure()
-        shutil.copyfile(shallow, snap.git_dir / "shallow")
+    kept) and its worktree made at ``tree`` by the cheap path (``fork_job.materialize_local``),
+    with the summary of what the copied path changed."""
+    source_snap = snapshots.for_session(source)
+    fork_job.adopt_objects(snap, source_snap)
     if not tree:
         snap.ensure()
         return
-    if sandbox.uses_layers(fork.worktree):
-        # No write in place anywhere: the fork's files are the source's, by hard link.
-        linked_fork.materialize(snap, tree, snapshots.for_session(source))
-    else:
-        snap.materialize(tree)
-    start = (
-        # The copy holds only the path, its rows in path order.
-        Part.objects.filter(session=fork, type=Part.Type.STEP_START)
-        .order_by("message_id", "order")
-        .values_list("data", flat=True)
-        .first()
-    )
-    summary = changes_summary(snap, (start or {}).get("snapshot"), tree)
+    fork_job.materialize_local(snap, source_snap, tree)
+    summary = fork_job.summary_of(fork.id, snap, tree)
     Session.objects.filter(id=fork.id).update(summary=summary)
 
 
