@@ -196,9 +196,10 @@ function message(m) {
     if (p.type === "tool") {
       const input = JSON.stringify(p.state?.input ?? {});
       const row = el("div", "tool", `⚙ ${p.tool} ${input.length > 120 ? input.slice(0, 119) + "…" : input}`);
-      // A step of a branch not shown in the chat can be taken onto the shown one
-      // (docs/semantics.md §14.2).
-      if (!document.querySelector(`#messages [data-message-id="${m.id}"]`)) row.append(applyButton(p));
+      // A call of a branch not shown in the chat can be taken onto the shown one: its own
+      // file, or a shell call's whole step (docs/semantics.md §14.2).
+      const apply = document.querySelector(`#messages [data-message-id="${m.id}"]`) ? null : applyButton(p);
+      if (apply) row.append(apply);
       box.append(row);
     }
   }
@@ -322,11 +323,27 @@ function split(patch) {
   return table;
 }
 
+// What a call's Apply takes (docs/semantics.md §14.2): a file tool's call, its own file; any
+// other call that changes files (shell), its whole step; a call that changes none, nothing.
+const FILE_TOOLS = Object.freeze(["write", "append", "delete"]);
+const NO_CHANGE_TOOLS = Object.freeze(["read", "list", "wait"]);
+
+function callPath(p) {
+  const path = p.state?.input?.path;
+  return typeof path === "string" ? path.trim().split("/").filter((s) => s && s !== ".").join("/") : "";
+}
+
 function applyButton(p) {
-  const b = el("button", "small secondary apply-step", "Apply to current branch");
+  if (NO_CHANGE_TOOLS.includes(p.tool)) return null;
+  const path = FILE_TOOLS.includes(p.tool) ? callPath(p) : "";
+  if (FILE_TOOLS.includes(p.tool) && !path) return null;
+  const label = path ? `Apply ${path} to current branch` : "Apply this whole step to current branch";
+  const b = el("button", "small secondary apply-step", label);
   b.type = "button";
-  b.title = "Take the change this step made onto the current branch's files (three-way)";
-  b.setAttribute("aria-label", `Apply to current branch: the change of this ${p.tool} step`);
+  b.title = path
+    ? `Take this call's change to ${path} onto the current branch's files (three-way); the step's other calls are left out`
+    : `A ${p.tool} call's files are not told apart: this takes every file its step changed (three-way)`;
+  b.setAttribute("aria-label", path ? `${label}: the change this ${p.tool} call made` : `${label}: every file the ${p.tool} call's step changed`);
   b.addEventListener("click", () => applyStep(p, b));
   return b;
 }
@@ -339,7 +356,7 @@ async function applyStep(p, b, onConflict = "refuse") {
     const done = await call("POST", api("/apply/"), { part_id: p.id, on_conflict: onConflict });
     note.textContent = done.conflicts.length
       ? ` applied with conflict markers in ${done.conflicts.join(", ")}`
-      : ` applied: ${done.applied.join(", ") || "no file changed"}`;
+      : ` applied${done.scope === "step" ? " the whole step" : ""}: ${done.applied.join(", ") || "no file changed"}`;
   } catch (err) {
     note.textContent = ` ${err.message}`;
     if (/conflict/i.test(err.message) && onConflict === "refuse") {

@@ -1,8 +1,9 @@
-"""Apply in the browser (issue 27, item 2), as a user tries it: two branches, Compare shows
-the other branch's steps, "Apply to current branch" takes one step's change onto the shown
-branch's files three-way; the chat shows the history event and the Files panel the file;
-a revert to that event undoes it. A conflicting step is refused with the files named, and
-applied with markers when asked."""
+"""Apply in the browser (issue 27, item 2; issue 46, point 2), as a user tries it: two branches,
+Compare shows the other branch's tool calls, each call's button names its file ("Apply keep.txt
+to current branch") and takes only that call's change onto the shown branch's files three-way,
+even when another call of the same step conflicts; the chat shows the history event and the
+Files panel the file; a revert to that event undoes it. A conflicting call is refused with the
+file named, and applied with markers when asked."""
 
 from __future__ import annotations
 
@@ -32,11 +33,9 @@ def _flow(page, server) -> None:
     send(page, "write base.txt base\nsay one")
     page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'one'")
     wait_idle(page)
-    send(page, "write keep.txt good\nsay branch a")
+    # Branch a: one step of two calls, keep.txt (new) and base.txt (conflicting with b's).
+    send(page, "write keep.txt good\nwrite base.txt changed-in-a\nsay branch a")
     page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'branch a'")
-    wait_idle(page)
-    send(page, "write base.txt changed-in-a\nsay a two")
-    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'a two'")
     wait_idle(page)
     # Branch b, from the first answer; it becomes the head.
     first_answer = page.locator("#messages .msg.assistant", has_text="one").last
@@ -56,10 +55,16 @@ def _flow(page, server) -> None:
     dialog.wait_for(state="visible")
     apply = dialog.locator("button.apply-step")
     apply.first.wait_for()
-    # Branch a's steps only (branch b is the one shown): keep.txt's, then base.txt's.
+    # Branch a's calls only (branch b is the one shown), each button naming its file.
     assert apply.count() == 2
+    assert apply.all_inner_texts() == [
+        "Apply keep.txt to current branch",
+        "Apply base.txt to current branch",
+    ]
     apply.nth(0).click()
     dialog.locator(".apply-note", has_text="applied: keep.txt").wait_for()
+    # Only keep.txt came: base.txt, the step's other call's, conflicts and is left as it was.
+    assert files_on_disk(server, sid) == {"base.txt": "changed-in-b", "keep.txt": "good"}
     # base.txt changed on both branches: refused, named; then written with markers.
     apply.nth(1).click()
     dialog.locator(".apply-note", has_text="base.txt").wait_for()
@@ -70,7 +75,8 @@ def _flow(page, server) -> None:
     dialog.wait_for(state="hidden")
 
     page.wait_for_function(
-        "() => document.getElementById('messages').innerText.includes('Applied the write step')"
+        "() => document.getElementById('messages').innerText.includes("
+        "'Applied the write keep.txt call')"
     )
     wait_idle(page)
     on_disk = files_on_disk(server, sid)
@@ -79,7 +85,7 @@ def _flow(page, server) -> None:
     page.locator("#files li", has_text="keep.txt").wait_for()
 
     # A revert to the first apply undoes both applies.
-    event = page.locator("#messages .msg.user", has_text="Applied the write step").first
+    event = page.locator("#messages .msg.user", has_text="Applied the write keep.txt call")
     event.hover()
     event.locator("button.revert-here").first.click()
     page.wait_for_selector("#revert-bar:not([hidden])")
