@@ -245,15 +245,22 @@ def _record(
     HistoryEvent.objects.create(
         session=locked, kind="apply", created_by=user, data={**source, "message_id": message.id}
     )
+    _announce(locked, message, snap, (before, after) if changed else None)
+    return message
+
+
+def _announce(
+    locked: Session, message: Message, snap: snapshots.Snapshots, moved: tuple[str, str] | None
+) -> None:
+    """The events of the apply, after commit; ``session.diff`` when files moved."""
     events.publish_on_commit(
-        locked.id, events.MESSAGE_UPDATED, message=message_data(message, parts)
+        locked.id, events.MESSAGE_UPDATED, message=message_data(message, message.loaded_parts)
     )
     events.publish_on_commit(locked.id, events.SESSION_UPDATED, session=session_data(locked))
-    if changed:
+    if moved:
         events.publish_on_commit(
             locked.id,
             events.SESSION_DIFF,
-            diff=snap.diff_stat(before, after),
+            diff=snap.diff_stat(*moved),
             summary=locked.summary,
         )
-    return message
