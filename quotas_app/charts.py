@@ -91,9 +91,9 @@ def fills(series: list[str], others: str) -> dict[str, str]:
     }
 
 
-def _day_labels(days: list[date], slot: float) -> list[Label]:
-    """The days under the bars, at most ``X_LABELS_MAX`` of them, evenly spread."""
-    step = max(1, math.ceil(len(days) / X_LABELS_MAX))
+def _day_labels(days: list[date], slot: float, most: int = X_LABELS_MAX) -> list[Label]:
+    """The days under the bars, at most ``most`` of them, evenly spread."""
+    step = max(1, math.ceil(len(days) / most))
     return [
         Label(round(LEFT + (i + 0.5) * slot, 2), HEIGHT - 6, f"{day:%b} {day.day}")
         for i, day in enumerate(days)
@@ -122,12 +122,14 @@ def stacked_days(
     fmt: Callable[[Number], str],
     axis_prefix: str = "",
     others: str = "",
+    width: int = WIDTH,
 ) -> Chart:
-    """One bar per day, its series stacked in ``series`` order from the bottom up."""
+    """One bar per day, its series stacked in ``series`` order from the bottom up; ``width``
+    units wide (a narrower chart for a phone keeps its labels readable)."""
     colour = fills(series, others)
     day_totals = [sum(float(values.get(s, {}).get(d, 0)) for s in series) for d in days]
     top = nice_ceiling(max(day_totals, default=0))
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    plot_w, plot_h = width - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_w / max(len(days), 1)
     gap = slot * 0.15 if slot > 4 else 0
     rects: list[Rect] = []
@@ -151,14 +153,14 @@ def stacked_days(
             )
     return Chart(
         title=title,
-        width=WIDTH,
+        width=width,
         height=HEIGHT,
         rects=rects,
-        x_labels=_day_labels(days, slot),
+        x_labels=_day_labels(days, slot, max(2, X_LABELS_MAX * width // WIDTH)),
         y_ticks=_value_ticks(top, plot_h, axis_prefix),
         legend=[(name, colour[name]) for name in series],
         plot_left=LEFT,
-        plot_right=WIDTH - RIGHT,
+        plot_right=width - RIGHT,
         empty=not rects,
         axis_prefix=axis_prefix,
     )

@@ -135,16 +135,26 @@ def day_rows(
     return rows
 
 
+NARROW = 360  # a phone's chart: its labels at about their size
+
+
 def day_charts(
     window: Window, by_day: list[dict[str, Any]], runs: dict[date, int]
-) -> list[charts.Chart]:
-    """Tokens per day (input and output stacked), cost per day and runs per day."""
-    days = window.days
+) -> list[dict[str, charts.Chart]]:
+    """Tokens per day (input and output stacked), cost per day and runs per day, each wide
+    (``charts.WIDTH``) and narrow (``NARROW``), for the style sheet to show one of them."""
     values: dict[str, dict[date, Any]] = {name: {} for name in (*TOKEN_SERIES, COST)}
     for row in by_day:
         values["input"][row["day"]] = row["input_tokens"]
         values["output"][row["day"]] = row["output_tokens"]
         values[COST][row["day"]] = Decimal(str(row["cost_usd"]))
+    values[RUNS] = dict(runs)
+    wide, narrow = _charts(window, values, charts.WIDTH), _charts(window, values, NARROW)
+    return [{"wide": w, "narrow": n} for w, n in zip(wide, narrow, strict=True)]
+
+
+def _charts(window: Window, values: dict[str, dict[date, Any]], width: int) -> list[charts.Chart]:
+    days = window.days
     return [
         charts.stacked_days(
             title="Tokens per day",
@@ -152,6 +162,7 @@ def day_charts(
             series=list(TOKEN_SERIES),
             values=values,
             fmt=tokens,
+            width=width,
         ),
         charts.stacked_days(
             title="Cost per day (USD)",
@@ -160,10 +171,16 @@ def day_charts(
             values=values,
             fmt=dollars,
             axis_prefix="$",
+            width=width,
         ),
         replace(
             charts.stacked_days(
-                title="Runs per day", days=days, series=[RUNS], values={RUNS: runs}, fmt=tokens
+                title="Runs per day",
+                days=days,
+                series=[RUNS],
+                values=values,
+                fmt=tokens,
+                width=width,
             ),
             note="No run started in this range.",
         ),
