@@ -95,6 +95,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("e2e/chaos.py", "time.sleep(delay)"): "(b) the submissions' plan in time",
     ("e2e/chaos.py", "time.sleep(1)"): "(c) a retry of the approver's query",
     ("e2e/chaos.py", "time.sleep(0.3)"): "(c) the approver's period",
+    ("e2e/chaos.py", "time.sleep(0.2)  # until the hosts beat"): "(c) between two looks",
     (
         "e2e/chaos.py",
         "time.sleep(max(0.01, min(0.5, wake - time.monotonic())))",

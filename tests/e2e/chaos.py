@@ -44,6 +44,7 @@ from urllib.parse import urlparse
 
 import httpx
 
+from .chaos_hosts import HostPool
 from .stack import PrivateRedis, Processes, base_env, manage
 
 TERMINAL = {"completed", "cancelled", "error", "paused"}
@@ -52,7 +53,14 @@ SIDE_EFFECT_FILES = ("log.txt", "shell.log", "ask.log")
 SHELL_LINE = re.compile(r"^echo (\S+) >> (\S+)$")
 EVIDENCE_SHOWN = 16  # lines of evidence printed under a violation
 SLOW_SECONDS = 5.0  # an API answer slower than this is listed in the report
-FAULT_KINDS = ("sigkill_worker", "sigstop_worker", "pg_terminate", "redis_restart", "cancel")
+FAULT_KINDS = (
+    "sigkill_worker",
+    "sigstop_worker",
+    "pg_terminate",
+    "redis_restart",
+    "cancel",
+    "kill_host",
+)
 
 
 SETUP_CODE = """
@@ -121,6 +129,9 @@ class ChaosConfig:
     # "tool-batch,tool", weighs the named ones alike).
     checkpoints: dict[str, float] = field(default_factory=_checkpoint_weights)
     log: Callable[[str], None] = print
+    # Worker hosts without a shared disk (tests/e2e/chaos_hosts.py): the workers spread over
+    # them, a central store, and the fault kill_host. 0: one WORKSPACE_ROOT for every worker.
+    hosts: int = 0
 
 
 @dataclass
@@ -305,6 +316,7 @@ class WorkerSlot:
     stopped: bool = False
     generation: int = 0
     killed: bool = False  # ended on purpose (or already seen ended): restarted by whoever did
+    host: str = ""  # its WORKER_HOST with several hosts (chaos_hosts.py)
 
 
 class ChaosStack:
@@ -340,6 +352,14 @@ class ChaosStack:
         self.workers: list[WorkerSlot] = []
         self.host = ""
         self._db_created = False
+        self.pool = HostPool(self.workdir, cfg.hosts) if cfg.hosts else None
+        self.web_env = self.env
+
+    def worker_env(self, slot: WorkerSlot) -> dict[str, str]:
+        if self.pool is None:
+            return self.env
+        root = str(self.pool.roots[slot.host])
+        return {**self.env, "WORKER_HOST": slot.host, "WORKSPACE_ROOT": root}
 
     def _admin(self, sql: str) -> None:
         import psycopg
@@ -350,16 +370,49 @@ class ChaosStack:
     def start(self, users: list[str]) -> dict[str, str]:
         """Everything up; ``users`` made, with API tokens: {username: token}."""
         self.redis.start()
+        if self.pool is not None:  # the central store; the web holds no worktree
+            self.pool.start()
+            self.env.update(self.pool.env())
+            mirror = str(self.workdir / "mirror")
+            self.web_env = {**self.env, "WORKSPACE_ROOT": "", "MIRROR_ROOT": mirror}
         self._admin(f'CREATE DATABASE "{self.db_name}"')
         self._db_created = True
         # One Django start-up for the schema and the users (each costs seconds on a busy
         # machine); the API has no call that makes a user.
         out = manage(self.env, "shell", "-c", SETUP_CODE % json.dumps(users))
         tokens = json.loads(out.strip().splitlines()[-1])
+        names = self.pool.live() if self.pool is not None else [""]
         for i in range(self.cfg.workers):
-            self.workers.append(WorkerSlot(i, self.procs.worker(self.env, self.logs)))
-        self.host = self.procs.daphne(self.env, self.logs)
+            slot = WorkerSlot(i, None, host=names[i % len(names)])  # type: ignore[arg-type]
+            slot.proc = self.procs.worker(self.worker_env(slot), self.logs)
+            self.workers.append(slot)
+        self.host = self.procs.daphne(self.web_env, self.logs)
         return tokens
+
+    def kill_host(self, name: str) -> list[WorkerSlot]:
+        """Host ``name`` lost (chaos_hosts.py): its workers SIGKILLed, its root deleted; its
+        slots now belong to a fresh host, restarted by the caller."""
+        assert self.pool is not None
+        slots = [s for s in self.workers if s.host == name]
+        for slot in slots:
+            self.kill_worker(slot)
+        shutil.rmtree(self.pool.roots[name], ignore_errors=True)
+        fresh = self.pool.fresh()
+        for slot in slots:
+            slot.host = fresh
+        return slots
+
+    def spare(self, slot: WorkerSlot) -> bool:
+        """Whether a worker fault may pick ``slot``: with several hosts, only a worker whose
+        host keeps another running (a host dies by ``kill_host`` alone)."""
+        if self.pool is None:
+            return True
+        others = [
+            s
+            for s in self.workers
+            if s is not slot and s.host == slot.host and s.proc.poll() is None and not s.stopped
+        ]
+        return bool(others)
 
     # the faults a worker can suffer ---------------------------------------------------------
     def kill_worker(self, slot: WorkerSlot) -> None:
@@ -372,7 +425,7 @@ class ChaosStack:
     def restart_worker(self, slot: WorkerSlot) -> None:
         if slot.proc.poll() is None:
             return
-        slot.proc = self.procs.worker(self.env, self.logs)
+        slot.proc = self.procs.worker(self.worker_env(slot), self.logs)
         slot.generation += 1
         slot.killed = False
 
@@ -409,6 +462,8 @@ class ChaosStack:
                 self.continue_worker(slot)
         self.procs.stop()
         self.redis.stop()
+        if self.pool is not None:
+            self.pool.stop()
         if self._db_created and not keep_db:
             self._admin(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
 
@@ -825,6 +880,7 @@ class Chaos:
                 "shell": self.shell,
                 "ws_clients": cfg.ws_clients,
                 "checkpoints": cfg.checkpoints,
+                "hosts": cfg.hosts,
             },
         )
         self.stack = ChaosStack(cfg, self.shell)
@@ -883,6 +939,8 @@ class Chaos:
         self.db = Db(self.stack.db_url)
         for name, token in self.tokens.items():
             self.clients[name] = self._http(token)
+        if self.stack.pool is not None:  # sessions placed on live hosts, not on none
+            self._hosts_beat(len(self.stack.pool.live()))
         rng = random.Random(f"{self.cfg.seed}:sessions")
         users = list(self.tokens)
         for i in range(self.cfg.sessions):
@@ -918,6 +976,19 @@ class Chaos:
                 )
                 model.start()
                 self.watchers.append((f"client{c}", model))
+
+    def _hosts_beat(self, n: int) -> None:
+        assert self.db is not None
+        for _ in range(600):
+            beat = self.db.rows(
+                "SELECT count(*) AS n FROM sessions_app_host"
+                " WHERE last_heartbeat > now() - make_interval(secs => %s)",
+                (self.cfg.lease_seconds,),
+            )[0]["n"]
+            if beat >= n:
+                return
+            time.sleep(0.2)  # until the hosts beat
+        raise RuntimeError(f"{n} hosts did not beat")
 
     # runs ----------------------------------------------------------------------------------------
     def plan(self) -> list[tuple[float, Submission]]:
@@ -1092,8 +1163,11 @@ class Chaos:
     def _fault(self, kind: str, rng: random.Random, followups: list) -> None:
         stack, lease = self.stack, self.cfg.lease_seconds
         running = [s for s in stack.workers if s.proc.poll() is None and not s.stopped]
-        if kind == "sigkill_worker":
-            alive = [s for s in stack.workers if s.proc.poll() is None]
+        if kind == "kill_host":
+            if not self._kill_host(rng, followups):
+                return
+        elif kind == "sigkill_worker":
+            alive = [s for s in stack.workers if s.proc.poll() is None and stack.spare(s)]
             if not alive:
                 return
             slot = rng.choice(alive)
@@ -1108,6 +1182,7 @@ class Chaos:
                 )
             )
         elif kind == "sigstop_worker":
+            running = [s for s in running if stack.spare(s)]
             if len(running) < 2:
                 return  # one worker keeps going
             slot = rng.choice(running)
@@ -1172,6 +1247,41 @@ class Chaos:
 
             threading.Thread(target=cancel, daemon=True, name="cancel").start()
         self.report.faults[kind] += 1
+
+    def _kill_host(self, rng: random.Random, followups: list) -> bool:
+        """A host lost whole, a fresh one in its place (chaos_hosts.py); False: none may be
+        lost now (another must carry on)."""
+        stack, pool = self.stack, self.stack.pool
+        assert self.db is not None
+        if pool is None or len(pool.live()) < 2:
+            return False
+        name = rng.choice(pool.live())
+        slots = stack.kill_host(name)
+        at = self.elapsed()
+        rows = self.db.rows(
+            "SELECT id, replicated_snapshot FROM sessions_app_session WHERE host = %s", (name,)
+        )
+        parts = self.db.rows(
+            "SELECT id, session_id, tool, state FROM sessions_app_part"
+            " WHERE type = 'tool' AND session_id = ANY(%s)",
+            ([r["id"] for r in rows],),
+        )
+        loss = pool.record_loss(name, at, rows, parts, side_effect_of)
+        back = rng.uniform(1.0, 4.0)
+        fresh = slots[0].host if slots else "?"
+        self._note(
+            f"kill host {name} (workers {[s.index for s in slots]}; {loss.sessions} sessions, "
+            f"{loss.calls_lost} completed calls not replicated); {fresh} in {back:.1f} s"
+        )
+        for slot in slots:
+            followups.append(
+                (
+                    time.monotonic() + back,
+                    f"restart worker {slot.index} on {slot.host}",
+                    lambda s=slot: stack.restart_worker(s),
+                )
+            )
+        return True
 
     # the end --------------------------------------------------------------------------------------
     def settle(self) -> bool:
@@ -1260,6 +1370,8 @@ class Chaos:
             check_start = time.monotonic()
             Checker(self).check_all()
             report.timings["checks"] = time.monotonic() - check_start
+            if self.stack.pool is not None:
+                report.notes += self.stack.pool.summary()
         finally:
             self.stop_driving.set()
             for _, model in self.watchers:
@@ -1285,9 +1397,11 @@ class Chaos:
             return
         kept = self.cfg.keep_dir / f"agentplat-chaos-{self.cfg.seed}-{time.strftime('%H%M%S')}"
         shutil.copytree(self.stack.logs, kept / "logs")
-        shutil.copytree(
-            self.stack.workspace, kept / "ws", ignore=shutil.ignore_patterns(".snapshots")
-        )
+        pool = self.stack.pool
+        roots = {"ws": self.stack.workspace} if pool is None else pool.roots
+        for name, root in roots.items():
+            if root.is_dir():
+                shutil.copytree(root, kept / name, ignore=shutil.ignore_patterns(".snapshots"))
         (kept / "report.json").write_text(json.dumps(self.report.as_dict(), indent=1))
         self.report.kept = str(kept)
 
@@ -1325,6 +1439,7 @@ class Checker:
         assert chaos.db is not None
         self.db = chaos.db
         self.workspace = chaos.stack.workspace
+        self.pool = chaos.stack.pool  # several hosts (chaos_hosts.py), or None
         self.run_by_id: dict[str, dict] = {}
         self.session_by_id: dict[str, dict] = {}
         self._ws_evidence_next: tuple[ChatModel, str] | None = None
@@ -1362,8 +1477,8 @@ class Checker:
             " finished_at FROM runs_app_run ORDER BY id"
         )
         self.sessions = db.rows(
-            "SELECT id, status, busy_run_id, lease_expires_at, head_id, checkpoint"
-            " FROM sessions_app_session ORDER BY id"
+            "SELECT id, status, busy_run_id, lease_expires_at, head_id, checkpoint, host,"
+            " replicated_snapshot FROM sessions_app_session ORDER BY id"
         )
         self.messages = db.rows(
             "SELECT id, session_id, run_id, parent_id, role, completed_at, error, hidden"
@@ -1493,8 +1608,22 @@ class Checker:
             )
 
     # each side effect at most once --------------------------------------------------------------
+    def worktree(self, session_id: str) -> Path | None:
+        """Where the session's files are: its home's root with several hosts (None when its
+        home is dead), else the one ``WORKSPACE_ROOT``."""
+        if self.pool is None:
+            return self.workspace / session_id
+        home = (self.session_by_id.get(session_id) or {}).get("host") or ""
+        return self.pool.worktree(home, session_id)
+
     def _lines(self, session_id: str, name: str) -> Counter:
-        path = self.workspace / session_id / name
+        worktree = self.worktree(session_id)
+        if self.pool is not None and (worktree is None or not worktree.is_dir()):
+            # Re-homed, not claimed since (lazily): its files are the store's.
+            session = self.session_by_id.get(session_id) or {}
+            return self.pool.lines(session.get("replicated_snapshot") or "", name)
+        assert worktree is not None
+        path = worktree / name
         try:
             return Counter(path.read_text(errors="replace").splitlines())
         except FileNotFoundError:
@@ -1528,9 +1657,10 @@ class Checker:
                 self.report.violations[-1].evidence += self.run_summary(p["run_id"])
             if status == "completed":
                 # (More than once is the check above.)
+                lost = self.pool is not None and (sid, p["id"]) in self.pool.allowed
                 self.check(
                     "completed-call-ran",
-                    count >= 1,
+                    count >= 1 or lost,  # or not replicated when its host died
                     f"{name}: {line!r} is not there but its part {p['id']} is completed",
                     **where,
                 )
@@ -1743,7 +1873,13 @@ class Checker:
             last_run[run["session_id"]] = run
         for s in self.sessions:
             sid = s["id"]
-            worktree = self.workspace / sid
+            worktree = self.worktree(sid)
+            if self.pool is not None:
+                if worktree is None or not worktree.is_dir():
+                    self._files_in_store(s)
+                    continue
+                store = worktree.parent / ".snapshots"
+            assert worktree is not None
             snap = Snapshots(
                 git_dir=store / f"{sid}.git", worktree=worktree, objects=store / "objects"
             )
@@ -1762,7 +1898,12 @@ class Checker:
                     session_id=sid,
                 )
                 continue
-            changed = snap.patch(recorded, now) if recorded != now else []
+            try:
+                changed = snap.patch(recorded, now) if recorded != now else []
+            except SnapshotError as exc:  # the recorded tree is not on this host
+                lost = self.pool is not None and sid in self.pool.lost_sessions
+                self.check("files-as-snapshot", lost, f"git: {exc}", session_id=sid)
+                continue
             details = []
             for name in changed[:5]:
                 was = snap.read_blob(recorded, name)
@@ -1779,6 +1920,23 @@ class Checker:
                 session_id=sid,
                 run_id=run.get("id", ""),
             )
+
+    def _files_in_store(self, s: dict) -> None:
+        """(Several hosts.) A session with no worktree on its home: moved there lazily and not
+        run since, or never run. Its files are its replicated snapshot: the last one its
+        path records, or one before it when its host died before that one was replicated."""
+        assert self.pool is not None
+        from workspace.snapshots import EMPTY_TREE
+
+        recorded = self.last_snapshot(self.path_of(s)) or EMPTY_TREE
+        replicated = s["replicated_snapshot"] or EMPTY_TREE
+        self.check(
+            "files-as-snapshot",
+            recorded == replicated or s["id"] in self.pool.lost_sessions,
+            f"no worktree on its home {s['host']!r}; the store holds {replicated[:10]}, its "
+            f"path records {recorded[:10]}",
+            session_id=s["id"],
+        )
 
     # what the websocket clients were shown --------------------------------------------------------
     def check_websockets(self) -> None:
