@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
 
 from config.databases import database_from_url, sqlite
 from config.environment import BASE_DIR, env_bool
@@ -64,6 +65,8 @@ INSTALLED_APPS = [
     "sessions_app",
     "runs_app",
     "quotas_app",
+    # After quotas_app: it extends the user admin that quotas_app registers.
+    "sessions_app.accounts",
 ]
 
 MIDDLEWARE = [
@@ -233,8 +236,15 @@ MIRROR_ROOT = Path(os.environ.get("MIRROR_ROOT", str(BASE_DIR / "var/mirror")))
 # Share links need a login to read by default; true lets anyone with the link read (never
 # write; forking always needs a login).
 SHARE_ANONYMOUS_READ = env_bool("SHARE_ANONYMOUS_READ", False)
-# Self sign-up at /signup/ (off: users are added in the admin or with manage.py adduser).
+# Self sign-up at /signup/ (docs/accounts.md): "off" (users are added in the admin, by an
+# invitation link or with manage.py adduser), "open", or "approval" (a new account waits for an
+# admin). ALLOW_SIGNUP=true, the older switch, is read as SIGNUP=open.
+SIGNUP = os.environ.get("SIGNUP", "off").strip().lower()
+if SIGNUP not in ("off", "open", "approval"):
+    raise ImproperlyConfigured(f"SIGNUP must be off, open or approval, not {SIGNUP!r}.")
 ALLOW_SIGNUP = env_bool("ALLOW_SIGNUP", False)
+# How long an invitation link made in the admin stays valid.
+INVITATION_DAYS = float(os.environ.get("INVITATION_DAYS", "7"))
 # Where runs execute: "celery" (services mode) or "thread" (embedded: in-process pool).
 RUN_EXECUTOR = os.environ.get("RUN_EXECUTOR", "thread" if EMBEDDED else "celery")
 

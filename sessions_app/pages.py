@@ -8,11 +8,10 @@ from functools import wraps
 from typing import Any
 from urllib.parse import urlsplit
 
-from django.conf import settings
-from django.contrib.auth import login, update_session_auth_hash
+from django.contrib.auth import update_session_auth_hash
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.contrib.auth.forms import PasswordChangeForm, UserCreationForm
+from django.contrib.auth.forms import PasswordChangeForm
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -21,6 +20,8 @@ from django.views.decorators.http import require_POST
 
 from core.errors import AppError, NotAuthenticated, NotFoundError
 
+from .accounts import pages as account_pages
+from .accounts import services as account_services
 from .api.serializers.repositories import CredentialIn
 from .repositories import credentials as credential_services
 from .selectors import session_for_user, sessions_for_user
@@ -165,10 +166,18 @@ class LoginPage(auth_views.LoginView):
 
     template_name = "app/login.html"
 
+    def form_invalid(self, form: Any) -> HttpResponse:
+        """Right credentials of an account that waits for an admin's approval: the page says
+        so instead of "wrong username or password"."""
+        waiting = account_services.is_waiting(
+            form.data.get("username", ""), form.data.get("password", "")
+        )
+        return self.render_to_response(self.get_context_data(form=form, waiting=waiting))
+
     def get_context_data(self, **kwargs: object) -> dict:
         return {
             **super().get_context_data(**kwargs),
-            "allow_signup": settings.ALLOW_SIGNUP,
+            "allow_signup": account_services.signup_mode() != "off",
             **_share_reason(self.request, self.get_redirect_url()),
         }
 
@@ -192,19 +201,6 @@ def _share_reason(request: HttpRequest, next_url: str) -> dict[str, object]:
     except NotFoundError:
         return {}
     return {"share_login": "fork", "share_title": share.session.title}
-
-
-def signup(request: HttpRequest) -> HttpResponse:
-    """Self sign-up, only where ``ALLOW_SIGNUP`` is on; otherwise users are added by an admin
-    (the admin, or ``manage.py adduser``)."""
-    if not settings.ALLOW_SIGNUP:
-        raise Http404("Sign-up is off.")
-    form = UserCreationForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        # Two backends (axes' throttle, then the model): login() must be told which one.
-        login(request, form.save(), backend="django.contrib.auth.backends.ModelBackend")
-        return redirect("home")
-    return render(request, "app/signup.html", {"form": form}, status=400 if form.errors else 200)
 
 
 @login_required
@@ -257,6 +253,7 @@ urlpatterns = [
     path("s/<str:token>/", shared, name="shared"),
     path("login/", LoginPage.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("signup/", signup, name="signup"),
+    path("signup/", account_pages.signup, name="signup"),
+    path("invite/<str:token>/", account_pages.invitation, name="invitation"),
     path("password/", password_change, name="password-change"),
 ]

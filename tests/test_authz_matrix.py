@@ -51,6 +51,7 @@ PAGES = {
     "login/": "public",
     "logout/": "public",
     "signup/": "public",
+    "invite/<str:token>/": "public",  # an invitation link: the token is the credential
     "password/": "page-login",
     "credentials/": "page-login",  # the caller's own credentials
     "metrics": "metrics-token",  # 404 unless METRICS_TOKEN is set; then its bearer only
