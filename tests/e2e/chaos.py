@@ -1253,9 +1253,14 @@ class Chaos:
         lost now (another must carry on)."""
         stack, pool = self.stack, self.stack.pool
         assert self.db is not None
-        if pool is None or len(pool.live()) < 2:
+        if pool is None:
             return False
-        name = rng.choice(pool.live())
+        running = sorted({s.host for s in stack.workers if s.proc.poll() is None and not s.stopped})
+        if len(running) < 2:
+            return False  # the other host's workers must be up to carry on
+        homed = self.db.rows("SELECT host, count(*) AS n FROM sessions_app_session GROUP BY host")
+        weight = {r["host"]: r["n"] for r in homed}
+        name = rng.choices(running, [weight.get(h, 0) + 1 for h in running])[0]  # the busier
         slots = stack.kill_host(name)
         at = self.elapsed()
         rows = self.db.rows(
