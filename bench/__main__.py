@@ -375,7 +375,7 @@ SIMPLE = (
     ("fanout", "web process CPU per websocket frame, before vs after", "fanout", True),
     ("whole_run", "a whole run writing one file, 50,000 files vs 10", "whole_run", True),
     ("compiled", "compiled statements vs the plain ORM, CPU per call", "compiled", True),
-    ("hosts", "replicated snapshots: a step's push to the central store", "hosts", False),
+    ("hosts", "worker hosts: replication, re-homing, mirror reads, routing", "hosts", True),
 )
 
 
