@@ -123,12 +123,15 @@ def stacked_days(
     axis_prefix: str = "",
     others: str = "",
     width: int = WIDTH,
+    whole: bool = False,
 ) -> Chart:
     """One bar per day, its series stacked in ``series`` order from the bottom up; ``width``
     units wide (a narrower chart for a phone keeps its labels readable)."""
     colour = fills(series, others)
     day_totals = [sum(float(values.get(s, {}).get(d, 0)) for s in series) for d in days]
-    top = nice_ceiling(max(day_totals, default=0))
+    most = max(day_totals, default=0)
+    # Counts (``whole``): ticks on whole numbers, not 0.25 of a run.
+    top = math.ceil(nice_ceiling(most / Y_TICKS)) * Y_TICKS if whole else nice_ceiling(most)
     plot_w, plot_h = width - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     slot = plot_w / max(len(days), 1)
     gap = slot * 0.15 if slot > 4 else 0

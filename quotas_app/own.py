@@ -181,6 +181,7 @@ def _charts(window: Window, values: dict[str, dict[date, Any]], width: int) -> l
                 values=values,
                 fmt=tokens,
                 width=width,
+                whole=True,
             ),
             note="No run started in this range.",
         ),

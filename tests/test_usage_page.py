@@ -151,6 +151,8 @@ def test_the_page_shows_the_users_tokens_cost_and_runs_per_day(alice):
     assert chart(html, "Tokens per day").count('class="bar"') == 4  # input and output, 2 days
     assert chart(html, "Cost per day (USD)").count('class="bar"') == 2
     assert chart(html, "Runs per day").count('class="bar"') == 3
+    ticks = re.findall(r'text-anchor="end"[^>]*>([^<]+)<', chart(html, "Runs per day"))
+    assert ticks == ["0", "1", "2", "3", "4"]  # whole runs up the side, not 0.25 of one
     # A range of the user's choosing: the older call counted, the rest not.
     html = browser(alice).get(PAGE, {"from": f"{today_at(0, 50):%Y-%m-%d}", "to": day(40)})
     assert number(html.content.decode(), "usage-calls") == "1"
