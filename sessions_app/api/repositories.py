@@ -46,6 +46,11 @@ class UploadViewSet(ApiViewSet):
                     "files": {"type": "array", "items": {"type": "string", "format": "binary"}},
                     "paths": {"type": "array", "items": {"type": "string"}},
                     "title": {"type": "string"},
+                    "strip_top_folder": {
+                        "type": "boolean",
+                        "description": "Drop the upload's single top-level folder (proj/a.txt"
+                        " becomes a.txt); refused (400) when its top holds anything else.",
+                    },
                 },
             }
         },
@@ -53,8 +58,9 @@ class UploadViewSet(ApiViewSet):
     )
     def create(self, request: Request) -> Response:
         """``file``: a ``.zip``, ``.tar`` or ``.tar.gz``; or a folder: ``files`` with
-        ``paths`` (each file's relative path, in the same order). Refused whole (400, one
-        sentence) when any member is unsafe or a limit is passed."""
+        ``paths`` (each file's relative path, in the same order); ``strip_top_folder``: its
+        single top-level folder dropped. Refused whole (400, one sentence) when any member is
+        unsafe or a limit is passed."""
         length = request.META.get("CONTENT_LENGTH") or ""
         limit = settings.REPO_MAX_BYTES + MULTIPART_OVERHEAD if settings.REPO_MAX_BYTES else 0
         if not length.isdigit():
@@ -66,12 +72,15 @@ class UploadViewSet(ApiViewSet):
         title = request.data.get("title") or ""
         if not isinstance(title, str) or len(title) > 200:
             raise InvalidInput("title must be at most 200 characters.")
+        strip_top = _flag(request, "strip_top_folder")
         archive = request.FILES.get("file")
         files = request.FILES.getlist("files")
         if archive is not None and not files:
             name = archive.name or "upload"
             session = session_services.create_session(owner=request.user, title=title or name)
-            session = upload_store.fill_upload(session=session, name=name, fileobj=archive)
+            session = upload_store.fill_upload(
+                session=session, name=name, fileobj=archive, strip_top=strip_top
+            )
         elif files and archive is None:
             paths = request.data.getlist("paths")
             if len(paths) != len(files):
@@ -81,11 +90,24 @@ class UploadViewSet(ApiViewSet):
                 owner=request.user, title=title or top or "Upload"
             )
             session = upload_store.fill_upload(
-                session=session, name=top, files=list(zip(paths, files, strict=True))
+                session=session,
+                name=top,
+                files=list(zip(paths, files, strict=True)),
+                strip_top=strip_top,
             )
         else:
             raise InvalidInput("Send one archive as file, or a folder as files with paths.")
         return Response(session_data(session), status=status.HTTP_201_CREATED)
+
+
+def _flag(request: Request, name: str) -> bool:
+    """A multipart boolean: ``true``/``false`` (or ``1``/``0``), absent is false."""
+    value = request.data.get(name)
+    if value in (None, "", "false", "0", False):
+        return False
+    if value in ("true", "1", True):
+        return True
+    raise InvalidInput(f"{name} must be true or false.")
 
 
 class PushViewSet(SessionScopedViewSet):

@@ -387,13 +387,16 @@ def fill_from_upload(
     fileobj=None,  # noqa: ANN001
     files=None,  # noqa: ANN001
     record: Recorder | None = None,
+    strip_top: bool = False,
 ) -> Session:
     """Fill a new, empty ``session``'s worktree with an uploaded archive's files (or a
     dropped folder's) and record it as its first history event; refused whole, with the
     session deleted and nothing kept, when ``unpack`` refuses it. ``record`` (session id,
     unpacked tree, source, text): how the tree is recorded, unpacked in a scratch directory
     outside ``WORKSPACE_ROOT`` (``upload_store``: a web process that holds no worktree);
-    default, moved in as the worktree (``_finish``)."""
+    default, moved in as the worktree (``_finish``). ``strip_top``: the upload's single
+    top-level folder (``proj/``) is dropped, its contents the worktree (``_strip_top``);
+    refused when the upload holds anything else at its top."""
     staging = _staging(session) if record is None else Path(tempfile.mkdtemp(prefix="upload-"))
     tree = staging / "tree"
     limits = {
@@ -407,8 +410,12 @@ def fill_from_upload(
         else:
             done = unpack.unpack_archive(fileobj, tree, name=name, **limits)
         tree.mkdir(exist_ok=True)
+        top = _strip_top(tree) if strip_top else ""
         source = {"type": "upload", "name": name[:200], "files": done.files}
-        text = f"Uploaded {name or 'a folder'}: {done.files:,} files, {done.bytes:,} bytes."
+        without = f" without its top folder {top}/" if top else ""
+        text = (
+            f"Uploaded {name or 'a folder'}{without}: {done.files:,} files, {done.bytes:,} bytes."
+        )
         if record is not None:
             return record(session.id, tree, source, text)
         return _finish(session.id, None, tree, source, text, seed=False)
@@ -429,6 +436,25 @@ def fill_from_upload(
         raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _strip_top(tree: Path) -> str:
+    """Make the single folder at the top of the unpacked ``tree`` the tree itself (renames in
+    the scratch directory; nothing is copied): its name. Refused (``ArchiveRefused``) when the
+    top holds anything but one folder."""
+    entries = sorted(tree.iterdir())
+    if len(entries) != 1 or entries[0].is_symlink() or not entries[0].is_dir():
+        shown = ", ".join(e.name for e in entries[:5]) + (", …" if len(entries) > 5 else "")
+        raise ArchiveRefused(
+            "strip_top_folder needs an upload with a single folder at its top; this one holds "
+            f"{len(entries)} top-level entries ({shown or 'nothing'}). Nothing was uploaded."
+        )
+    top = entries[0]
+    outer = tree.with_name(tree.name + "-outer")
+    tree.rename(outer)
+    (outer / top.name).rename(tree)
+    outer.rmdir()
+    return top.name
 
 
 def _drop(session: Session) -> None:

@@ -42,11 +42,20 @@ from . import fill
 log = logging.getLogger(__name__)
 
 
-def fill_upload(*, session: Session, name: str, fileobj=None, files=None) -> Session:  # noqa: ANN001
+def fill_upload(
+    *,
+    session: Session,
+    name: str,
+    fileobj=None,  # noqa: ANN001
+    files=None,  # noqa: ANN001
+    strip_top: bool = False,
+) -> Session:
     """``fill.fill_from_upload``, through the central store when this process holds no
-    worktree (see the module)."""
+    worktree (see the module); ``strip_top`` applies on both paths."""
     if mode.embedded() or mode.holds_worktrees():
-        return fill.fill_from_upload(session=session, name=name, fileobj=fileobj, files=files)
+        return fill.fill_from_upload(
+            session=session, name=name, fileobj=fileobj, files=files, strip_top=strip_top
+        )
     if not replication.enabled():
         session.delete()
         raise host_calls.HostUnavailable(
@@ -54,7 +63,12 @@ def fill_upload(*, session: Session, name: str, fileobj=None, files=None) -> Ses
             "no worktree."
         )
     recorded = fill.fill_from_upload(
-        session=session, name=name, fileobj=fileobj, files=files, record=_record
+        session=session,
+        name=name,
+        fileobj=fileobj,
+        files=files,
+        record=_record,
+        strip_top=strip_top,
     )
     try:
         return host_calls.call("materialize", session=recorded)
