@@ -7,7 +7,8 @@ server (``git http-backend`` over https, tests/support/git_server.py).
 
 * Sessions spread over both hosts, each run executed by its home, its files on that host's
   disk only; a drain of alpha (``manage.py drain_host alpha``) loses nothing: every session is
-  then on beta, and its next run finds its files there (materialised from the store).
+  then on beta, and its next run finds its files there (materialised from the store); a
+  revert and an unrevert asked of the web are done on beta's files.
 * A run on alpha while alpha is lost (every process SIGKILLed, its disk deleted) mid-step:
   the session resumes on beta with its files as of the last replicated step and the run
   completes there; the step in progress is closed interrupted and its write, which ran on
@@ -155,6 +156,17 @@ def test_sessions_spread_over_two_hosts_and_a_drain_loses_nothing(procs, tmp_pat
                 assert hs.files("beta", sid) == expected
                 assert stack.stored(sid) == expected
                 assert stack.listed(sid) >= set(expected)
+            # A history move from the web (no worktree) is done by the new home, on its files.
+            moved = next(sid for sid in sessions if homes[sid] == "alpha")
+            last = Run.objects.filter(session_id=moved).latest("created_at")
+            answer = stack.http.post(
+                f"/api/sessions/{moved}/revert/", json={"message_id": last.input_message_id}
+            )
+            assert answer.status_code == 200, answer.text
+            assert hs.files("beta", moved) == files[moved]  # log.txt reverted, on beta
+            answer = stack.http.post(f"/api/sessions/{moved}/unrevert/")
+            assert answer.status_code == 200, answer.text
+            assert hs.files("beta", moved)["log.txt"] == b"after the drain\n"
         except Exception:
             print(procs.logs())
             raise
@@ -214,7 +226,9 @@ def test_a_host_lost_mid_run_its_session_resumes_on_the_other(procs, tmp_path, s
             assert live() == {"beta"}
             # The idle one was moved by beta's sweep, no run asking (sessions_app/rehome.py):
             # its next run finds its files on beta.
-            assert Session.objects.get(id=idle).host == "beta"
+            wait_until(
+                lambda: Session.objects.get(id=idle).host == "beta", 3 * LEASE, "the sweep's move"
+            )
             assert hs.files("beta", idle) == {}  # lazily: the files come with the next claim
             assert stack.run(idle, "append i.txt I2").host == "beta"
             assert hs.files("beta", idle) == {"i.txt": b"I1I2\n"}
