@@ -30,7 +30,7 @@ class WaitingFilter(admin.SimpleListFilter):
         return queryset
 
 
-@admin.action(description="Approve the selected sign-ups (activate them)")
+@admin.action(description="Approve the selected sign-ups (activate them)", permissions=["change"])
 def approve(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet) -> None:
     count = services.approve(queryset, by=request.user)
     modeladmin.message_user(
