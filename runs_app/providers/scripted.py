@@ -175,23 +175,10 @@ class ScriptedProvider(SyncStream):
             return
 
         segment = segments[rounds]
-        for word, rest in segment.lines:
-            if should_abort():
-                return
-            if word == "pace":
-                pace = _pace(rest, pace)
-            elif word == "say":
-                text = with_line_breaks(rest)
-                async for delta in self._words(text, pace, should_abort):
-                    yield delta
-                emitted += len(text.split())
-            elif word == "think":
-                async for delta in self._words(with_line_breaks(rest), pace, should_abort):
-                    yield ReasoningDelta(delta.text)
-            elif word == "fail":
-                raise ProviderError(rest.strip() or "Scripted failure.")
-            elif word == "json":
-                yield _structured(rest)
+        async for event in self._lines(segment, after, pace, should_abort):
+            if isinstance(event, TextDelta):
+                emitted += len(event.text.split())
+            yield event
         for index, (word, rest) in enumerate(segment.tools):
             args = tool_arguments(word, rest)
             yield ToolCall(
@@ -203,6 +190,41 @@ class ScriptedProvider(SyncStream):
         yield Finish(
             usage={"input_tokens": prompt_tokens, "output_tokens": emitted + len(segment.tools)}
         )
+
+    async def _lines(
+        self,
+        segment: Segment,
+        after: list[dict[str, Any]],
+        pace: float,
+        should_abort: Callable[[], bool],
+    ) -> AsyncIterator[StreamEvent]:
+        """A segment's text lines, played; when the transcript ends with an answer so far
+        (docs/scripted-model.md "Resume after a stop"), the lines before the point where it
+        stopped are not played again and the ``say`` line it stopped in says its rest."""
+        skip = answer_so_far(segment, after)
+        for word, rest in segment.lines:
+            if should_abort():
+                return
+            if word == "pace":
+                pace = _pace(rest, pace)
+            elif skip is not None:
+                text = with_line_breaks(rest) if word == "say" else ""
+                if word == "say" and len(skip) < len(text):
+                    async for delta in self._words(text[len(skip) :], pace, should_abort):
+                        yield delta
+                    skip = None
+                elif word == "say":
+                    skip = skip[len(text) :] or None
+            elif word == "say":
+                async for delta in self._words(with_line_breaks(rest), pace, should_abort):
+                    yield delta
+            elif word == "think":
+                async for delta in self._words(with_line_breaks(rest), pace, should_abort):
+                    yield ReasoningDelta(delta.text)
+            elif word == "fail":
+                raise ProviderError(rest.strip() or "Scripted failure.")
+            elif word == "json":
+                yield _structured(rest)
 
     async def _words(
         self, text: str, pace_ms: float, should_abort: Callable[[], bool]
@@ -216,6 +238,19 @@ class ScriptedProvider(SyncStream):
                 # at a steady rate: the time spent handling a word does not slow the next.
                 await asyncio.sleep(max(0.0, start + i * pace_ms / 1000.0 - time.monotonic()))
             yield TextDelta(word)
+
+
+def answer_so_far(segment: Segment, after: list[dict[str, Any]]) -> str | None:
+    """The text of the answer so far when the transcript ends with one (an assistant entry
+    with text and no tool calls: a stopped answer, handed back to be continued) and that
+    text begins the segment's text (its ``say`` lines joined); else None (the segment is
+    played whole)."""
+    last = after[-1] if after else None
+    if last is None or last["role"] != "assistant" or last.get("tool_calls"):
+        return None
+    so_far = _content_text(last.get("content"))
+    said = "".join(with_line_breaks(rest) for word, rest in segment.lines if word == "say")
+    return so_far if so_far and said.startswith(so_far) else None
 
 
 def with_line_breaks(text: str) -> str:

@@ -52,6 +52,9 @@ class RunContext:
     # Whether ``recovery.recover`` has dealt with the step an earlier execution left open:
     # until then, an end of this execution closes that step itself (``end.record_end``).
     recovered: bool = False
+    # A stopped answer that the next step goes on with, in the same message and text part
+    # (docs/semantics.md §1.12), set by ``recovery.recover``; else the step makes a new one.
+    continuing: Message | None = None
     # The owner's limits, read once per execution (``run.phases``): the budget checked
     # between steps, the worktree's size bound for the tools.
     limits: Limits = field(default_factory=Limits)

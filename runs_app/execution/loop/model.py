@@ -13,6 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.utils import timezone
 
+from core import models_catalog
 from realtime import events
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data, part_data
@@ -72,9 +73,14 @@ async def pause(ctx: RunContext, seconds: float) -> None:
 
 async def stream(ctx: RunContext, message: Message) -> list[ToolCall]:
     specs = [t.spec() for t in ctx.tools.values()]
-    prompt = model_messages(ctx.history[:-1], ctx.session.system_prompt)
+    # A stopped answer (docs/semantics.md §1.12): the model is sent it as the assistant's
+    # message so far, and what it says goes on in the same text part.
+    parts: dict[str, Part] = {
+        p.type: p for p in message.loaded_parts if p.type == Part.Type.TEXT and p.text
+    }
+    so_far = ctx.history if parts else ctx.history[:-1]
+    prompt = model_messages(so_far, ctx.session.system_prompt)
     calls: list[ToolCall] = []
-    parts: dict[str, Part] = {}
     last_flush = time.monotonic()
     async for event in model_events(ctx, prompt, specs):
         if isinstance(event, TextDelta | ReasoningDelta):
@@ -110,9 +116,13 @@ async def stream(ctx: RunContext, message: Message) -> list[ToolCall]:
             message.structured = event.value
             ctx.run.output = event.value
         elif isinstance(event, Finish):
+            before = message.tokens or {}
             message.tokens = usage.count(ctx, usage.reported(event.usage, prompt, parts, calls))
             usage.record_usage(ctx, message)
+            if before:  # a continued answer's message records both its calls
+                message.tokens = models_catalog.add_usage(before, message.tokens)
         ctx.check()
+    ctx.check()  # a provider that saw the abort ends its stream quietly: the step is stopped
     for part in parts.values():
         recorder.emit(ctx, events.PART_UPDATED, part=part_data(part))
     return calls

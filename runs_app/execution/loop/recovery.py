@@ -62,7 +62,10 @@ async def recover(ctx: RunContext, *, mode: str) -> None:
             ctx.recovered = open_step(last) is None
     else:
         ctx.recovered = True
-    complete_unfinished(ctx, last, mode)
+    if stopped_answer(ctx, last):
+        ctx.continuing = last  # the next step goes on with it (docs/semantics.md §1.12)
+    else:
+        complete_unfinished(ctx, last, mode)
     if ctx.mode != Session.Checkpoint.RUNS:  # "runs" writes at terminal states only
         await ctx.db(ctx.writer.flush)
 
@@ -115,6 +118,18 @@ def complete_unfinished(ctx: RunContext, last: Message, mode: str) -> None:
     recorder.emit(ctx, events.MESSAGE_UPDATED, message=message_data(last))
 
 
+def stopped_answer(ctx: RunContext, last: Message) -> bool:
+    """docs/semantics.md §1.12: the path ends with an answer a stop (or a crash) left
+    unfinished — text and no tool call, no error — which the next step continues."""
+    return (
+        ctx.history[-1:] == [last]
+        and last.completed_at is None
+        and not last.error
+        and not any(p.type == Part.Type.TOOL for p in last.loaded_parts)
+        and any(p.type == Part.Type.TEXT and p.text for p in last.loaded_parts)
+    )
+
+
 def turn_finished(history: list[Message]) -> bool:
     """The last turn ended: its last message is a completed assistant message that called
     no tools (the model stopped)."""
@@ -143,9 +158,11 @@ def open_step(message: Message) -> tuple[int, str] | None:
     """(step index, snapshot before it) of an assistant message whose step has not ended
     (a ``step-start``, no ``step-finish``); else None."""
     parts = message.loaded_parts
-    if any(p.type == Part.Type.STEP_FINISH for p in parts):
+    # The last step's: a continued answer (§1.12) holds a step per model call.
+    starts = [i for i, p in enumerate(parts) if p.type == Part.Type.STEP_START]
+    if not starts or any(p.type == Part.Type.STEP_FINISH for p in parts[starts[-1] :]):
         return None
-    start = next((p for p in parts if p.type == Part.Type.STEP_START), None)
-    if start is None or not (start.data or {}).get("snapshot"):
+    start = parts[starts[-1]]
+    if not (start.data or {}).get("snapshot"):
         return None
     return int(start.data.get("step") or 0), start.data["snapshot"]

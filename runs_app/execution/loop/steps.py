@@ -30,7 +30,8 @@ async def run_steps(ctx: RunContext) -> None:
             await ctx.db(usage.check_budget, ctx)  # a step that crossed it has finished
         # docs/semantics.md §1.5: before every step (a no-op after a step that finished normally).
         await recovery.recover(ctx, mode="resume")
-        await model.compact(ctx)  # docs/semantics.md §10: when the next call would pass the budget
+        if ctx.continuing is None:  # a stopped answer goes on at the head, not after a summary
+            await model.compact(ctx)  # docs/semantics.md §10: when the next call passes the budget
         try:
             called_tools = await step(ctx, index)
         except ContextOverflow as exc:
@@ -49,7 +50,9 @@ async def run_steps(ctx: RunContext) -> None:
 
 async def step(ctx: RunContext, index: int) -> bool:
     before = ctx.tree or await ctx.db(ctx.snap.track)
-    message = recorder.new_message(ctx, Message.Role.ASSISTANT)
+    # A stopped answer goes on in its own message (docs/semantics.md §1.12), a step more.
+    message = ctx.continuing or recorder.new_message(ctx, Message.Role.ASSISTANT)
+    ctx.continuing = None
     recorder.new_part(ctx, message, Part.Type.STEP_START, data={"snapshot": before, "step": index})
     recorder.emit(ctx, events.MESSAGE_UPDATED, message=message_data(message))
     tool_parts: list[Part] = []
