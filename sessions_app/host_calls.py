@@ -6,12 +6,17 @@ mode, one host, a shared volume) the service is called right here, as before.
 
 **Which calls.** Only the names of ``CALLS`` (a fixed allow-list of service functions), with
 the session's id, the acting user's id and the move's own JSON arguments: nothing from the
-wire names code.
+wire names code. runs_app adds its own at start-up (``register``, from its ``AppConfig.ready``:
+a cancel that must close a dead run's open step, an adopt), since sessions_app imports no
+runs_app module.
 
 **Where.** The session's home (``Session.host``) while it is live; a dead or blank home is
 first moved to the live host with the fewest sessions (``hosts.place``, by a compare-and-set
 on the row, as ``rehome`` moves one). The host that receives the call materialises the
-worktree from the central store if it lacks it (``rehome.on_claim``), then calls the service.
+worktree from the central store if it lacks it (``rehome.on_claim``), under the session's
+row lock and only while no run holds the session (a run beginning there at the same moment
+waits for the row, then finds the files; a run that holds it materialised them itself, as
+``runs_app/execution/host.py`` does after ``begin``), then calls the service.
 
 **The answer** comes back through Redis, not Celery's result backend (off on purpose:
 ``core/mode.py``): the host pushes one JSON reply on a list keyed by the call's id (with an
@@ -35,6 +40,7 @@ from typing import Any
 import redis
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import transaction
 
 from core import mode
 from core.errors import AppError, NotFoundError
@@ -42,7 +48,7 @@ from workspace import snapshots
 
 from . import hosts, rehome
 from .models import Session
-from .services import cleanup, revert, rollback, unrevert
+from .services import cleanup, lock, revert, rollback, unrevert
 from .services import sessions as session_services
 
 log = logging.getLogger(__name__)
@@ -67,6 +73,11 @@ CALLS: dict[str, tuple[Callable[..., Session], frozenset[str]]] = {
     "head": (session_services.switch_head, frozenset({"message_id"})),
     "materialize": (_materialize, frozenset()),
 }
+
+
+def register(name: str, service: Callable[..., Session], allowed: frozenset[str]) -> None:
+    """Add ``name`` to the allow-list (another app's service, at start-up: its ``ready``)."""
+    CALLS[name] = (service, allowed)
 
 
 class HostUnavailable(AppError):
@@ -191,10 +202,7 @@ def _run(payload: dict[str, Any]) -> dict[str, Any]:
     try:
         if service is None or set(payload["kwargs"]) - allowed:
             raise NotFoundError("No such call.")
-        session = Session.objects.filter(id=payload["session"]).first()
-        if session is None:
-            raise NotFoundError("Session not found.")
-        rehome.on_claim(session)  # the worktree from the central store if this host lacks it
+        session = claim(payload["session"])
         user = None
         if payload["user"] is not None:
             user = get_user_model().objects.filter(pk=payload["user"]).first()
@@ -207,6 +215,21 @@ def _run(payload: dict[str, Any]) -> dict[str, Any]:
         log.exception("host call %s on session %s failed", payload["name"], payload["session"])
         return {"error": {"kind": "server", "message": exc.__class__.__name__}}
     return {"ok": True}
+
+
+def claim(session_id: str) -> Session:
+    """(On the host.) The session, its worktree materialised here from the central store if
+    this host lacks it (``rehome.on_claim``), under the session's row lock so that no run
+    begins meanwhile; not while a run holds the session (that run's claim did it, and the
+    call then meets the busy session as a direct call would)."""
+    with transaction.atomic():
+        session = Session.objects.filter(id=session_id).first()
+        if session is None:
+            raise NotFoundError("Session not found.")
+        locked = lock.lock_session(session_id)
+        if not lock.is_busy(locked):
+            rehome.on_claim(locked)
+    return locked
 
 
 def _app_error(exc: AppError) -> dict[str, Any]:

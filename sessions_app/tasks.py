@@ -1,5 +1,6 @@
-"""The Celery task of a history move sent to the session's home host (``host_calls``: found by
-the worker through ``config/celery.py``'s task discovery)."""
+"""The Celery tasks a session's home host runs for a web process that holds no worktree
+(found by the worker through ``config/celery.py``'s task discovery): a history move
+(``host_calls``), and the removal of a deleted session's files."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from celery import shared_task
 
 from . import host_calls
+from .services import sessions
 
 
 @shared_task(name=host_calls.TASK_NAME, acks_late=False)
@@ -15,3 +17,10 @@ def host_call(payload: dict[str, Any]) -> None:
     """Run one allowed call on this host and push its reply (``host_calls.answer``). Acked on
     receipt: a worker lost mid-call leaves the web to its timeout, never a second run."""
     host_calls.answer(payload)
+
+
+@shared_task(name=sessions.REMOVE_TASK)
+def remove_session_files(session_id: str, replicated_commit: str = "") -> None:
+    """A deleted session's worktree, snapshot git dir and central ref, on its home host
+    (``sessions.remove_files``; run again after a lost worker, it finds nothing to do)."""
+    sessions.remove_files(session_id, replicated_commit)

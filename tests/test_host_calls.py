@@ -12,6 +12,10 @@ from __future__ import annotations
 import base64
 import io
 import json
+import subprocess
+import threading
+import time
+import uuid
 import zipfile
 from collections.abc import Iterator
 from datetime import timedelta
@@ -21,6 +25,7 @@ import pytest
 import redis
 from django.conf import settings as django_settings
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import OperationalError, connections, transaction
 from django.utils import timezone
 
 from runs_app.models import Run
@@ -29,6 +34,7 @@ from sessions_app.models import HistoryEvent, Host, Message, Part, Session
 from tests.conftest import new_session, wait_until
 from tests.e2e.stack import Processes, base_env, services_database_url
 from tests.support.git_server import GitServer, git_server
+from workspace import worktree_files
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 LEASE = 6  # a beat every 3 s
@@ -274,3 +280,146 @@ def test_with_no_live_host_to_go_to_a_move_is_a_503(cluster, web, api):
     }
     assert Session.objects.get(id=sid).host == ""
     assert not web.exists()
+
+
+def _files_of_step_left_open(cluster: Cluster, sid: str) -> Run:
+    """A run left running by an execution that is gone (its lease lapsed) in the middle of a
+    step that wrote ``late.txt`` on the home host: the state a cancel must close there."""
+    session = Session.objects.get(id=sid)
+    run = Run.objects.create(session=session, status=Run.Status.RUNNING, lease_epoch=1)
+    step = Message.objects.create(session=session, run_id=run.id, role="assistant")
+    Part.objects.create(
+        message=step,
+        session=session,
+        order=0,
+        type="step-start",
+        data={"snapshot": session.replicated_snapshot, "step": 0},
+    )
+    worktree_files.replace_file(  # the write tool's own writer, on the home's disk
+        cluster.roots[session.host] / sid, ("late.txt",), b"written late\n", append=False
+    )
+    Session.objects.filter(id=sid).update(
+        busy_run_id=run.id, lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+    return run
+
+
+def test_a_cancel_closes_the_open_step_on_the_home_host(cluster, web, api):
+    sid = new_session(api)
+    home = Session.objects.get(id=sid).host
+    _turn(api, sid, "write f.txt one")
+    # A run whose execution is alive: the cancel only asks it to stop (no file is read).
+    body = {"messages": [{"role": "user", "content": "wait 5"}]}
+    live = api.post(f"/api/sessions/{sid}/runs/", body, format="json").json()["id"]
+    wait_until(lambda: Run.objects.filter(id=live, status="running").exists(), 30, "it", 0.1)
+    assert api.post(f"/api/runs/{live}/cancel/").status_code == 202
+    assert not web.exists()
+    ended = lambda: Run.objects.filter(id=live, status="cancelled").exists()  # noqa: E731
+    wait_until(ended, 30, "the loop to stop", 0.1)
+    assert not web.exists()
+
+    # Its execution gone: it ends now, on the home host, its open step closed on the files
+    # there (the write the step made is recorded), as a cancel on one host closes it.
+    run = _files_of_step_left_open(cluster, sid)
+    answer = api.post(f"/api/runs/{run.id}/cancel/")
+    assert answer.status_code == 202, answer.json()
+    assert answer.json()["status"] == "cancelled"
+    finish = Part.objects.get(message__run_id=run.id, type="step-finish")
+    assert finish.data["interrupted"]
+    patch = Part.objects.get(message__run_id=run.id, type="patch")
+    assert patch.data["files"] == ["late.txt"]
+    assert Session.objects.get(id=sid).busy_run_id is None
+    assert cluster.files(home, sid) == {"f.txt": "one", "late.txt": "written late\n"}
+    assert not web.exists()
+
+
+def test_adopt_takes_the_fork_s_files_on_the_home_host(cluster, web, api):
+    sid = new_session(api)
+    home = Session.objects.get(id=sid).host
+    other = next(h for h in HOSTS if h != home)
+    _turn(api, sid, "write f.txt one")
+    point = Session.objects.get(id=sid).head_id
+    Host.objects.filter(name=home).update(draining=True)  # the fork is made on the other host
+    made = api.post(f"/api/sessions/{sid}/fork/", {"message_id": point}, format="json")
+    assert made.status_code == 201, made.json()
+    fork = made.json()["id"]
+    wait_until(lambda: Session.objects.filter(id=fork, status="idle").exists(), 60, "the fork", 0.1)
+    Host.objects.filter(name=home).update(draining=False)
+    assert Session.objects.get(id=fork).host == other
+    _turn(api, fork, "write g.txt two")
+
+    answer = api.post(f"/api/sessions/{sid}/adopt/", {"session_id": fork}, format="json")
+    assert answer.status_code == 200, answer.json()
+    assert cluster.files(home, sid) == {"f.txt": "one", "g.txt": "two"}
+    assert HistoryEvent.objects.filter(session_id=sid, kind="adopt").count() == 1
+    assert not (cluster.roots[other] / sid).exists()
+    assert not web.exists()
+
+
+def _store_ref(cluster: Cluster, sid: str) -> str:
+    found = subprocess.run(
+        [
+            "git",
+            "--git-dir",
+            str(cluster.store.bare("central")),
+            "for-each-ref",
+            f"refs/sessions/{sid}/",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return found.stdout.strip()
+
+
+def test_deleting_a_session_removes_its_files_and_ref_on_its_host(cluster, web, api):
+    sid = new_session(api)
+    home = Session.objects.get(id=sid).host
+    _turn(api, sid, "write f.txt one")
+    worktree, git_dir = cluster.roots[home] / sid, cluster.roots[home] / ".snapshots" / f"{sid}.git"
+    assert worktree.is_dir() and git_dir.is_dir() and _store_ref(cluster, sid)
+    outside = cluster.roots[home].parent / "outside.txt"
+    outside.write_text("not the session's\n")
+    (worktree / "link").symlink_to(outside)  # a link the agent made: never followed
+
+    assert api.delete(f"/api/sessions/{sid}/").status_code == 204
+    gone = lambda: not worktree.exists() and not git_dir.exists()  # noqa: E731
+    wait_until(gone, 30, "the home host to remove the files", 0.1)
+    wait_until(lambda: not _store_ref(cluster, sid), 30, "the store's ref to go", 0.1)
+    assert outside.read_text() == "not the session's\n"
+    assert not web.exists()
+
+
+def test_a_host_call_materialises_under_the_session_row_lock(api, monkeypatch):
+    """A run beginning on the host at the same moment waits for the row (``begin`` takes it)
+    until the files are there; a session a run holds is left to that run's own claim."""
+    sid = new_session(api)
+    seen: list[str] = []
+
+    def on_claim(session: Session) -> None:
+        def other() -> None:
+            try:
+                with transaction.atomic():
+                    Session.objects.select_for_update(nowait=True).get(id=sid)
+                seen.append("free")
+            except OperationalError:
+                seen.append("locked")
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+
+    def call() -> None:  # an upload's materialisation, as the host receives it
+        payload = {"id": uuid.uuid4().hex, "name": "materialize", "session": sid, "user": None}
+        host_calls.answer({**payload, "kwargs": {}, "deadline": time.time() + 60})
+
+    monkeypatch.setattr(host_calls.rehome, "on_claim", on_claim)
+    call()
+    assert seen == ["locked"]
+    Session.objects.filter(id=sid).update(
+        busy_run_id="r-holder", lease_expires_at=timezone.now() + timedelta(seconds=60)
+    )
+    call()
+    assert seen == ["locked"]  # busy: not materialised by the call

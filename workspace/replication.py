@@ -96,6 +96,24 @@ def push(snap: Snapshots, session_id: str, tree: str, expected: str) -> str:
     return new
 
 
+def delete(snap: Snapshots, session_id: str, expected: str) -> None:
+    """Delete the session's ref in the central store (the session was deleted), if it still
+    names ``expected`` (``--force-with-lease``: a ref moved by a push from elsewhere is
+    refused, ``ReplicationRejected``, and kept)."""
+    name = ref(session_id)
+    result = _git(
+        snap,
+        ["push", "--porcelain", "--no-verify", f"--force-with-lease={name}:{expected}"],
+        f":{name}",
+    )
+    if result.code != 0:
+        text = f"{result.stdout}\n{result.stderr}"
+        sentence = repos.failure_sentence(result, "Deleting the snapshot ref")
+        if "[rejected]" in text or "stale info" in text:
+            raise ReplicationRejected(sentence)
+        raise ReplicationError(sentence)
+
+
 def remote_tip(snap: Snapshots, session_id: str) -> str:
     """The commit the remote's ref of the session names ("" for none)."""
     result = _git(snap, ["ls-remote"], ref(session_id))

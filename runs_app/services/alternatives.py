@@ -22,12 +22,13 @@ from core.errors import ConflictError, InvalidInput, NotFoundError
 from core.ids import message_id
 from quotas_app import services as quotas
 from realtime import events
+from sessions_app import host_calls
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.selectors import active_path, files_at, session_data
 from sessions_app.services import lock
 from sessions_app.services.changes import changes_summary, path_start
 from sessions_app.services.files_follow import FilesFollow
-from workspace import snapshots
+from workspace import replication, snapshots
 
 from ..models import Run
 from ..models import run_id as new_run_id
@@ -106,7 +107,14 @@ def start_alternatives(
 
 
 def adopt(*, session: Session, user, fork_id: str) -> Session:  # noqa: ANN001
-    """Make ``fork_id``'s work after its fork point a new branch of ``session``, the head."""
+    """Make ``fork_id``'s work after its fork point a new branch of ``session``, the head:
+    here, or on the session's home host from a web process that holds no worktree (it
+    rewrites the files: ``host_calls``, the call ``adopt`` registered by runs_app/apps.py)."""
+    return host_calls.call("adopt", session=session, user=user, fork_id=fork_id)
+
+
+def adopt_here(*, session: Session, user, fork_id: str) -> Session:  # noqa: ANN001
+    """``adopt`` where the session's worktree is."""
     fork = Session.objects.filter(
         id=fork_id, owner_id=user.pk, forked_from_session_id=session.id
     ).first()
@@ -123,6 +131,7 @@ def adopt(*, session: Session, user, fork_id: str) -> Session:  # noqa: ANN001
     if not new:
         raise InvalidInput("That fork has no messages after its fork point.")
     tree = files_at(fork_path, len(fork_path)) or snapshots.EMPTY_TREE
+    _fetch_fork(session, fork, tree)
     with FilesFollow(session.id) as follow, transaction.atomic():
         locked = lock.lock_idle_session(session.id)
         if locked.revert:
@@ -156,6 +165,24 @@ def adopt(*, session: Session, user, fork_id: str) -> Session:  # noqa: ANN001
                     summary=locked.summary,
                 )
     return locked
+
+
+def _fetch_fork(session: Session, fork: Session, tree: str) -> None:
+    """The fork's tree in the session's store: a fork on another host (issue 45) has its
+    objects in the central store, not in this host's (the fork's replicated ref fetched)."""
+    snap = snapshots.for_session(session)
+    snap.ensure()
+    if tree == snapshots.EMPTY_TREE or snap.run(["cat-file", "-e", f"{tree}^{{tree}}"]).code == 0:
+        return
+    if replication.enabled() and fork.replicated_commit:
+        try:
+            replication.fetch(snap, fork.id)
+        except replication.ReplicationError as exc:
+            raise ConflictError(f"The fork's files cannot be fetched: {exc}") from None
+
+
+# On the allow-list of calls on a home host (as runs.py adds ``cancel``).
+host_calls.register("adopt", adopt_here, frozenset({"fork_id"}))
 
 
 def _copy_branch(locked: Session, fork: Session, point: str | None, new: list[Message]) -> str:

@@ -9,7 +9,8 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from core.errors import ConflictError, InvalidInput
+from core.errors import ConflictError, InvalidInput, NotFoundError
+from sessions_app import host_calls
 from sessions_app.models import Session
 from sessions_app.services import lock
 
@@ -102,9 +103,37 @@ def cancel_run(*, run: Run) -> Run:
     if run.status == Run.Status.PENDING:
         # Not started: no loop to stop, end it now (a task delivered later skips it).
         return finish_unstarted(run)
-    if run.status == Run.Status.RUNNING and end_abandoned(run, Run.Status.CANCELLED):
-        return run  # its worker is gone (the lease expired): no loop would see the flag
+    if run.status == Run.Status.RUNNING and not _held(run):
+        # Its worker is gone (the lease expired): no loop would see the flag. It ends where
+        # its files are, which its open step's closing parts record (``end_abandoned``): here,
+        # or on the session's home host from a web process that holds no worktree.
+        host_calls.call("cancel", session=run.session, run_id=run.id)
+        run.refresh_from_db()
     return run
+
+
+def _held(run: Run) -> bool:
+    """Whether an execution holds ``run`` (its session's busy lock, its lease live): the
+    loop then stops at its next check, and nothing here touches the files."""
+    session = Session.objects.filter(id=run.session_id).first()
+    return session is not None and session.busy_run_id == run.id and lock.is_busy(session)
+
+
+def cancel_abandoned(*, session: Session, user=None, run_id: str) -> Session:  # noqa: ANN001
+    """(Where the session's files are: a host call, ``runs_app/apps.py``.) End the running
+    ``run_id`` of ``session`` that no execution holds, cancelled, its open step closed on the
+    files as they are (``end_abandoned``: nothing when its lease is live again)."""
+    run = Run.objects.filter(id=run_id, session_id=session.id).first()
+    if run is None:
+        raise NotFoundError("No such run in this session.")
+    if run.status == Run.Status.RUNNING:
+        end_abandoned(run, Run.Status.CANCELLED)
+    return session
+
+
+# On the allow-list of calls on a home host (sessions_app imports no runs_app module, so this
+# module adds its own; runs_app/apps.py imports it in every process).
+host_calls.register("cancel", cancel_abandoned, frozenset({"run_id"}))
 
 
 def abort_session(*, session: Session) -> Run | None:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import logging
 import re
 import shutil
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from core import mode
 from core.errors import ConflictError, InvalidInput, NotFoundError, SessionBusyError
 from quotas_app import services as quotas
 from realtime import events
-from workspace import change_journal, snapshots
+from workspace import change_journal, replication, snapshots
 
 from .. import hosts
 from ..models import HistoryEvent, Message, Session
@@ -23,6 +24,9 @@ from ..selectors import active_path, files_at, session_data
 from . import lock
 from .changes import changes_summary, path_start
 from .files_follow import FilesFollow
+
+log = logging.getLogger(__name__)
+REMOVE_TASK = "sessions_app.remove_session_files"  # sessions_app/tasks.py
 
 
 def create_session(
@@ -155,16 +159,41 @@ def set_permissions(*, session: Session, rules: dict) -> Session:
 
 
 def delete_session(*, session: Session) -> None:
+    """Delete the session's rows, then its files where they are: here (a process that holds
+    worktrees), or on its home host by a task on that host's queue once the deletion is
+    committed (a web process that holds none: ``remove_files`` there)."""
     with transaction.atomic():
         locked = lock.lock_session(session.id)
         if locked.status != Session.Status.PREPARING and lock.is_busy(locked):
             raise SessionBusyError()
         # A clone in progress is cancelled: its job sees the session gone and stops git.
-        worktree, snapshot_dir = locked.worktree, locked.snapshot_dir
+        sid, home, replicated = locked.id, locked.host, locked.replicated_commit
         locked.delete()
-    shutil.rmtree(worktree, ignore_errors=True)
-    shutil.rmtree(snapshot_dir, ignore_errors=True)
-    change_journal.remove(worktree)
+        if not (mode.embedded() or mode.holds_worktrees()):
+            queue = mode.host_queue(home) if home else None  # else any host: the store's ref
+            transaction.on_commit(
+                lambda: mode.send_task(REMOVE_TASK, [sid, replicated], queue=queue)
+            )
+            return
+    remove_files(sid, replicated)
+
+
+def remove_files(session_id: str, replicated_commit: str = "") -> None:
+    """(On the session's host, the session deleted.) Its worktree, snapshot git dir and
+    journal removed (``rmtree`` removes a link, never what it points to), and its ref in the
+    central store deleted while it still names ``replicated_commit`` (a failure is logged:
+    the ref is then an orphan in the store, the files are removed all the same)."""
+    gone = Session(id=session_id)
+    if replication.enabled() and replicated_commit:
+        try:
+            snap = snapshots.for_session(gone)
+            snap.ensure()
+            replication.delete(snap, session_id, replicated_commit)
+        except (replication.ReplicationError, snapshots.SnapshotError, OSError) as exc:
+            log.warning("session %s: its ref in the central store kept: %s", session_id, exc)
+    shutil.rmtree(gone.worktree, ignore_errors=True)
+    shutil.rmtree(gone.snapshot_dir, ignore_errors=True)
+    change_journal.remove(gone.worktree)
 
 
 def newest_leaf(message: Message) -> Message:
