@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from .test_browser_a11y import _violations
 from .test_browser_admin_layout import api
 from .ui import login
 
@@ -14,7 +15,8 @@ pytestmark = pytest.mark.timeout(240)
 
 WIDTHS = [pytest.param(1280, id="1280px"), pytest.param(390, id="390px")]
 # The boxes of everything the page shows, wider than the window or past its right edge.
-OFF_SCREEN = """(width) => [...document.querySelectorAll('header.top *, #usage-page *')]
+# (The header's other links are point 13's, tests/e2e/test_browser_fit.py: here its Usage link.)
+OFF_SCREEN = """(width) => [...document.querySelectorAll('#usage-link, #usage-page *')]
   .filter(e => e.getClientRects().length && !e.closest('svg *'))
   .map(e => [e, e.getBoundingClientRect()])
   .filter(([e, r]) => r.width > 0 && (r.left < -0.5 || r.right > width + 0.5))
@@ -59,4 +61,5 @@ def test_the_header_link_opens_the_usage_page_inside_the_window(page, demo_usage
 
     assert page.evaluate(OFF_SCREEN, width) == []
     assert page.evaluate("() => document.scrollingElement.scrollWidth") <= width
+    assert _violations(page, server, f"usage {width} {scheme}") == []  # axe: none serious
     page.screenshot(path=f"/tmp/usage-{width}-{scheme}.png", full_page=True)
