@@ -170,11 +170,11 @@ def adopt_here(*, session: Session, user, fork_id: str) -> Session:  # noqa: ANN
 def _fetch_fork(session: Session, fork: Session, tree: str) -> None:
     """The fork's tree in the session's store: a fork on another host (issue 45) has its
     objects in the central store, not in this host's (the fork's replicated ref fetched)."""
+    if not (replication.enabled() and fork.replicated_commit) or tree == snapshots.EMPTY_TREE:
+        return  # one host (or a shared volume): the host's store holds every session's objects
     snap = snapshots.for_session(session)
     snap.ensure()
-    if tree == snapshots.EMPTY_TREE or snap.run(["cat-file", "-e", f"{tree}^{{tree}}"]).code == 0:
-        return
-    if replication.enabled() and fork.replicated_commit:
+    if snap.run(["cat-file", "-e", f"{tree}^{{tree}}"]).code != 0:
         try:
             replication.fetch(snap, fork.id)
         except replication.ReplicationError as exc:
