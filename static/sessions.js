@@ -1,3 +1,5 @@
+import { askUpload, nameOf, topFolderOfArchive, topFolderOfPaths } from "./upload_ask.js";
+
 // The sessions list: forms that ask before they submit (data-confirm), bound here because the
 // Content-Security-Policy runs no inline handler.
 for (const form of document.querySelectorAll("form[data-confirm]")) {
@@ -132,16 +134,36 @@ if (newFrom) {
     if (status === 201 && answer?.id) { window.location.assign(chatUrl(answer.id)); return; }
     show(answer?.error?.message || (status ? `The upload was refused (HTTP ${status}).` : "The upload failed: the server could not be reached."));
   };
-  const sendArchive = (file) => { const form = new FormData(); form.append("file", file, file.name); send(form); };
-  const sendFolder = (entries) => {
-    const form = new FormData();
-    for (const [path, file] of entries) { form.append("files", file, file.name); form.append("paths", path); }
+  // Nothing is created before the dialog (upload_ask.js) says the name and whether to drop
+  // the single top folder; Cancel sends nothing.
+  const asked = async (form, question) => {
+    const answer = await askUpload(question);
+    if (!answer) return;
+    form.append("title", answer.title);
+    if (answer.strip) form.append("strip_top_folder", "true");
     send(form);
   };
-  document.getElementById("upload-file").addEventListener("change", (e) => { if (e.target.files[0]) sendArchive(e.target.files[0]); });
-  document.getElementById("upload-folder").addEventListener("change", (e) => {
-    sendFolder([...e.target.files].map((f) => [f.webkitRelativePath || f.name, f]));
+  const sendArchive = async (file) => {
+    const form = new FormData();
+    form.append("file", file, file.name);
+    const top = await topFolderOfArchive(file);
+    await asked(form, { what: `From the archive ${file.name}`, name: nameOf(file.name), top });
+  };
+  const sendFolder = async (entries) => {
+    const form = new FormData();
+    for (const [path, file] of entries) { form.append("files", file, file.name); form.append("paths", path); }
+    const paths = entries.map(([path]) => path);
+    const first = paths[0].split("/")[0];
+    const top = topFolderOfPaths(paths);
+    const what = `${entries.length.toLocaleString()} file${entries.length === 1 ? "" : "s"} from ${top ? `the folder ${top}` : "a folder"}`;
+    await asked(form, { what, name: top || first || "Upload", top });
+  };
+  const chosen = (input, go) => input.addEventListener("change", async () => {
+    await go([...input.files]);
+    input.value = ""; // the same file chosen again after a Cancel asks again
   });
+  chosen(document.getElementById("upload-file"), (files) => files[0] && sendArchive(files[0]));
+  chosen(document.getElementById("upload-folder"), (files) => files.length && sendFolder(files.map((f) => [f.webkitRelativePath || f.name, f])));
 
   // A drop: one archive file, or a folder (walked with the entries API).
   const zone = document.getElementById("drop-zone");

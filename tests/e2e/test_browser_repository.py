@@ -122,6 +122,8 @@ def test_clone_work_push_and_clone_back_in_the_browser(browser, stack, tmp_path)
             zf.writestr("site/css/a.css", "h1{}")
         page.goto(f"{srv.url}/?new=1")
         page.set_input_files("#upload-file", str(archive))
+        page.uncheck("#upload-strip")  # the upload asks first (issue 46): keep site/
+        page.click("#upload-create")
         page.wait_for_url("**/sessions/ses_*/")
         page.wait_for_function(
             "() => document.getElementById('messages').innerText.includes('Uploaded')"
@@ -138,6 +140,7 @@ def test_clone_work_push_and_clone_back_in_the_browser(browser, stack, tmp_path)
         (tmp_path / "bad.zip").write_bytes(bad.getvalue())
         page.goto(f"{srv.url}/?new=1")
         page.set_input_files("#upload-file", str(tmp_path / "bad.zip"))
+        page.click("#upload-create")
         page.wait_for_selector("#new-from-error:not([hidden])")
         assert page.inner_text("#new-from-error")
     except Exception:
