@@ -14,7 +14,9 @@ then has its files as of its last replicated step (docs/semantics.md §16).
 A session never replicated whose worktree is gone is not given anything here: it runs as
 today (the loop snapshots whatever it finds, an empty worktree). Without the store (one host,
 or a shared volume) nothing is materialised; the home only moves here when the old home is
-dead, so its next work comes to a live host's queue.
+dead, so its next work comes to a live host's queue. A session with no home (made while no
+host was live) is homed here when the store is on (its files are made here, and its next
+work must come here, not to any host); on a shared volume it stays any host's, as before.
 
 The home moves by a compare-and-set on the row (still the old host): a drain or another
 claim that moved it in between wins.
@@ -114,6 +116,8 @@ def plan(session: Session, here: str, *, home_live: bool, missing: bool) -> Plan
         return Plan.MATERIALIZE
     if session.host and session.host != here and not home_live:
         return Plan.MOVE
+    if not session.host and replication.enabled():
+        return Plan.MOVE  # no home, hosts without a shared disk: its files are made here
     return Plan.STAY
 
 

@@ -52,6 +52,9 @@ def _stale(settings) -> float:  # noqa: ANN001
         ("", "t1", "a", False, True, Plan.MOVE),
         ("", "t1", "a", True, True, Plan.STAY),
         ("", "t1", "", False, True, Plan.STAY),  # no home: any host, as before
+        # No home without a shared disk: the files are made here, so is the home.
+        ("https://store/c.git", "", "", False, True, Plan.MOVE),
+        ("https://store/c.git", "t1", "", False, False, Plan.MOVE),
     ],
 )
 def test_when_a_claim_materialises_or_moves(
