@@ -177,6 +177,10 @@ def test_an_invitation_makes_an_active_account_once_even_with_signup_off(admin_c
     assert again.status_code == 410 and b"already been used" in again.content
     assert not User.objects.filter(username="frank2").exists()
     assert b"already been used" in Client().get(path).content
+    listing = admin_client.get("/admin/accounts/invitation/").content.decode()
+    assert "for Frank" in listing and "used" in listing
+    change = admin_client.get(f"/admin/accounts/invitation/{invitation.pk}/change/")
+    assert change.status_code == 200 and "frank" in change.content.decode()
     unknown = Client().get("/invite/not-a-token/")
     assert unknown.status_code == 404 and b"not valid" in unknown.content
 
