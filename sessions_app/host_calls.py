@@ -19,7 +19,8 @@ waits for the row, then finds the files; a run that holds it materialised them i
 ``runs_app/execution/host.py`` does after ``begin``), then calls the service.
 
 **The answer** comes back through Redis, not Celery's result backend (off on purpose:
-``core/mode.py``): the host pushes one JSON reply on a list keyed by the call's id (with an
+``core/mode.py``): the host pushes one JSON reply (with the service's own JSON object, for a
+service that answers one: ``call_json``) on a list keyed by the call's id (with an
 expiry) and the web waits on it with ``BLPOP`` for at most ``HOST_CALL_TIMEOUT`` seconds. An
 ``AppError`` (409 busy, 400 bad input…) or a worktree error raised on the host is raised
 again here, so the API answers the same JSON as a direct call. No answer in time is a 503
@@ -92,6 +93,21 @@ class HostUnavailable(AppError):
 def call(name: str, *, session: Session, user=None, **kwargs: Any) -> Session:  # noqa: ANN001
     """``CALLS[name](session=…, user=…, **kwargs)`` here, or on the session's home host when
     this process holds no worktree (see the module): the session as the move left it."""
+    result = _call(name, session, user, kwargs)
+    return result if isinstance(result, Session) else Session.objects.get(id=session.id)
+
+
+def call_json(name: str, *, session: Session, user=None, **kwargs: Any) -> dict:  # noqa: ANN001
+    """As ``call``, for a service that answers a JSON object (an apply's result, say): that
+    object, from the home host's reply when the call went there."""
+    result = _call(name, session, user, kwargs)
+    if not isinstance(result, dict):
+        raise TypeError(f"{name}: the service answered no JSON object")
+    return result
+
+
+def _call(name: str, session: Session, user, kwargs: dict[str, Any]) -> Any:  # noqa: ANN001
+    """The service's answer here; from the home host, its JSON object (None for another)."""
     service, allowed = CALLS[name]
     if set(kwargs) - allowed:
         raise TypeError(f"{name}: unexpected arguments {sorted(set(kwargs) - allowed)}")
@@ -107,8 +123,7 @@ def call(name: str, *, session: Session, user=None, **kwargs: Any) -> Session:  
         "deadline": time.time() + STATE_TTL,
     }
     mode.send_task(TASK_NAME, [payload], queue=mode.host_queue(home_of(session)))
-    _wait(call_id)
-    return Session.objects.get(id=session.id)
+    return _wait(call_id).get("result")
 
 
 def home_of(session: Session) -> str:
@@ -138,8 +153,8 @@ def _keys(call_id: str) -> tuple[str, str]:
     return f"agentplat:host-call:{call_id}:reply", f"agentplat:host-call:{call_id}:state"
 
 
-def _wait(call_id: str) -> None:
-    """Wait for the reply of ``call_id``; raise what the host raised, or ``HostUnavailable``."""
+def _wait(call_id: str) -> dict[str, Any]:
+    """The reply of ``call_id``; raise what the host raised, or ``HostUnavailable``."""
     reply_key, state_key = _keys(call_id)
     client = _client()
     try:
@@ -158,7 +173,9 @@ def _wait(call_id: str) -> None:
             )
     finally:
         client.close()
-    _raise_reply(json.loads(got[1]))
+    reply = json.loads(got[1])
+    _raise_reply(reply)
+    return reply
 
 
 def _raise_reply(reply: dict[str, Any]) -> None:
@@ -206,7 +223,7 @@ def _run(payload: dict[str, Any]) -> dict[str, Any]:
         user = None
         if payload["user"] is not None:
             user = get_user_model().objects.filter(pk=payload["user"]).first()
-        service(session=session, user=user, **payload["kwargs"])
+        result = service(session=session, user=user, **payload["kwargs"])
     except AppError as exc:
         return {"error": _app_error(exc)}
     except snapshots.SnapshotError as exc:
@@ -214,7 +231,7 @@ def _run(payload: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         log.exception("host call %s on session %s failed", payload["name"], payload["session"])
         return {"error": {"kind": "server", "message": exc.__class__.__name__}}
-    return {"ok": True}
+    return {"ok": True, "result": result} if isinstance(result, dict) else {"ok": True}
 
 
 def claim(session_id: str) -> Session:

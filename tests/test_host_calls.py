@@ -423,3 +423,24 @@ def test_a_host_call_materialises_under_the_session_row_lock(api, monkeypatch):
     )
     call()
     assert seen == ["locked"]  # busy: not materialised by the call
+
+
+def test_a_service_s_json_answer_comes_back_with_the_reply(api, monkeypatch, settings):
+    """``call_json``: what a service such as an apply answers (a JSON object) is the reply's
+    ``result`` from the home host, and the service's own answer here."""
+    sid = new_session(api)
+
+    def echo(*, session: Session, user=None, x: int) -> dict:  # noqa: ANN001
+        return {"session": session.id, "x": x}
+
+    monkeypatch.setitem(host_calls.CALLS, "echo", (echo, frozenset({"x"})))
+    assert host_calls.call_json("echo", session=Session.objects.get(id=sid), x=1) == {
+        "session": sid,
+        "x": 1,
+    }
+    call_id = uuid.uuid4().hex
+    payload = {"id": call_id, "name": "echo", "session": sid, "user": None, "kwargs": {"x": 2}}
+    host_calls.answer({**payload, "deadline": time.time() + 60})
+    broker = redis.Redis.from_url(settings.REDIS_URL)
+    reply = json.loads(broker.lpop(f"agentplat:host-call:{call_id}:reply"))
+    assert reply == {"ok": True, "result": {"session": sid, "x": 2}}
