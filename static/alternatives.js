@@ -2,11 +2,15 @@
 // again N times at once, each in a fork with its own worktree (POST …/alternatives/); a view
 // shows them side by side while they stream (a socket per alternative), then each one's
 // changed files and cost; "Keep this one" makes it a branch of this session with its files
-// and the head (POST …/adopt/), and the chat reads its path again.
+// and the head (POST …/adopt/), and the chat reads its path again and says what happened: the
+// kept one is the current branch here; every alternative, the kept one too, stays a session of
+// its own (adopt copies, it deletes nothing), grouped in the sidebar (sidebar.js).
+// The view lies below the site header (its top measured, --alt-top in alternatives.css).
 import { call, showError } from "./chat/api.js";
 import { el } from "./chat/dom.js";
-import { alternativesState as alt, currentSessionId } from "./chat/store.js";
+import { alternativesState as alt, currentSessionId, subscribe } from "./chat/store.js";
 import { scheduleReload } from "./chat/sync.js";
+import { reloadSidebar } from "./sidebar.js";
 
 // The open "how many" form (`alt.asking`: {messageId, node}) is drawn by the chat inside its message (askNode),
 // so a render of that message, which rebuilds its children, keeps it.
@@ -19,6 +23,21 @@ export function initAlternatives() {
   document.addEventListener("keydown", (e) => {
     if (e.key === "Escape" && document.getElementById("alternatives-view")) close();
   });
+  window.addEventListener("resize", () => {
+    const view = document.getElementById("alternatives-view");
+    if (view) placeBelowHeader(view);
+  });
+  subscribe("session", (session) => {
+    // The note of a kept alternative belongs to the session it was kept in.
+    const note = document.getElementById("alternatives-kept");
+    if (note && session && note.dataset.sessionId !== session.id) note.remove();
+  });
+}
+
+function placeBelowHeader(view) {
+  const header = document.querySelector("body > header.top");
+  const bottom = header ? Math.max(0, header.getBoundingClientRect().bottom) : 0;
+  view.style.setProperty("--alt-top", `${Math.round(bottom)}px`);
 }
 
 function btn(label, title, onClick, cls = "secondary small") {
@@ -71,6 +90,7 @@ async function begin(m, n) {
     return;
   }
   open(answer.sessions);
+  reloadSidebar(); // their group shows under this session
 }
 
 function close() {
@@ -91,6 +111,7 @@ function open(ids) {
   const grid = el("div", "alt-grid");
   grid.style.setProperty("--alt-columns", String(Math.min(ids.length, 4)));
   view.append(head, grid);
+  placeBelowHeader(view);
   document.body.append(view);
   ids.forEach((id, i) => grid.append(column(id, i + 1)));
 }
@@ -107,7 +128,7 @@ function column(id, number) {
   const open = el("a", "small", "Open");
   open.href = `/sessions/${id}/`;
   open.target = "_blank";
-  const keep = btn("Keep this one", "Make this alternative a branch here, with its files", () => adopt(id, keep), "small keep");
+  const keep = btn("Keep this one", "Make this alternative the current branch here, with its files", () => adopt(id, number, keep), "small keep");
   keep.disabled = true;
   const row = el("div", "row");
   row.append(keep, open);
@@ -170,14 +191,33 @@ async function summary(id, parts, paint, files, cost) {
   cost.textContent = `${tokens.toLocaleString()} tokens · $${Number(usage.cost_usd || 0).toFixed(4)}`;
 }
 
-async function adopt(id, keep) {
+async function adopt(id, number, keep) {
   keep.disabled = true;
+  const total = document.querySelectorAll("#alternatives-view .alt-col").length;
   try {
     await call("POST", `/api/sessions/${currentSessionId()}/adopt/`, { session_id: id });
     close();
+    kept(number, total);
     scheduleReload(0);
   } catch (err) {
     showError(err.message);
     keep.disabled = false;
   }
+}
+
+function kept(number, total) {
+  // What "Keep" did, said where the chat is read (docs/semantics.md §14.3): the kept answer
+  // is now this session's current branch (the turn's ‹ › switcher goes back to the earlier
+  // one); no alternative was deleted: each stays a session of its own, in the sidebar.
+  document.getElementById("alternatives-kept")?.remove();
+  const others = total - 1;
+  const note = el("div", "alt-kept");
+  note.id = "alternatives-kept";
+  note.setAttribute("role", "status");
+  note.dataset.sessionId = currentSessionId();
+  const text = el("p", "", `Kept alternative ${number} of ${total}: its answer and its files are now the current branch of this session (the turn's ‹ › switcher shows the earlier answer). ` +
+    `Nothing was deleted: ${others === 1 ? "the other alternative stays" : `the other ${others} alternatives stay`}, with the kept one, as sessions of their own, grouped under “Alternatives of …” in the sidebar.`);
+  const dismiss = btn("OK", "Hide this note", () => note.remove(), "secondary small");
+  note.append(text, dismiss);
+  document.getElementById("messages")?.before(note);
 }

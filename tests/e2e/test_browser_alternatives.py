@@ -1,7 +1,12 @@
 """Best-of-N in the browser (issue 27, item 3), as a user tries it: "Alternatives…" on a turn
 runs it twice at once in two forks, the view shows them side by side with their answers,
 changed files and cost, and "Keep this one" makes the second a branch of the session with
-its files and the head: the chat shows it and its branch switcher."""
+its files and the head: the chat shows it and its branch switcher.
+
+Issue 46, point 6: the view lies below the site header (which stays visible and usable), "Keep
+this one" says what it did (which one was kept, that the others stay as sessions), and the
+sidebar lists the alternatives as one collapsible group under their source, not as entries
+of their own."""
 
 from __future__ import annotations
 
@@ -24,6 +29,61 @@ def ask_alternatives(page, *, turn: int, n: int) -> None:
     message.hover()
     message.locator("button.alternatives").click()
     page.fill("#alternatives-n", str(n))
+
+
+def assert_header_visible(page) -> None:
+    """The site header is not under the view: its links are what a click there reaches."""
+    header = page.locator("body > header.top").bounding_box()
+    view = page.locator(VIEW).bounding_box()
+    assert header is not None and view is not None
+    assert view["y"] >= header["y"] + header["height"] - 1, (header, view)
+    reached = page.evaluate(
+        """() => {
+            const link = document.getElementById("usage-link");
+            const r = link.getBoundingClientRect();
+            return link.contains(document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2));
+        }"""
+    )
+    assert reached, "the site header is covered by the alternatives view"
+    close = page.locator(f"{VIEW} .alt-head button").bounding_box()
+    width = page.viewport_size["width"]
+    assert close is not None and close["x"] + close["width"] <= width and close["y"] >= view["y"]
+
+
+def assert_grouped(page, sid: str, title: str, n: int) -> None:
+    # Right under its source, and no alternative listed on its own.
+    group = page.locator(f'#sidebar-list > li:has(> a[data-session-id="{sid}"]) + li.alt-group')
+    group.wait_for()
+    summary = group.locator("summary")
+    assert summary.inner_text().strip() == f"Alternatives of {title} ({n})"
+    loose = page.locator("#sidebar-list > li > a").all_inner_texts()
+    assert not [t for t in loose if "alternative" in t.lower()], loose
+    summary.click()
+    inside = group.locator("ul a").all_inner_texts()
+    assert inside == [f"Alternative {i}" for i in range(1, n + 1)], inside
+
+
+@pytest.mark.parametrize(("width", "scheme"), [(390, "dark"), (390, "light"), (1280, "dark")])
+def test_the_view_lies_below_the_site_header(page, server, width, scheme):
+    page.set_viewport_size({"width": width, "height": 844 if width == 390 else 800})
+    page.emulate_media(color_scheme=scheme)
+    login(page, server)
+    new_session(page)
+    send(page, "say one")
+    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})() === 'one'")
+    wait_idle(page)
+    ask_alternatives(page, turn=0, n=3)
+    page.click("#alternatives-start")
+    page.wait_for_selector(VIEW)
+    page.wait_for_function(
+        f"() => [...document.querySelectorAll('{VIEW} .alt-col button.keep')]"
+        ".every((b) => !b.disabled)",
+        timeout=60_000,
+    )
+    page.screenshot(path=str(SHOTS / f"alternatives-{width}-{scheme}.png"))
+    assert_header_visible(page)
+    page.keyboard.press("Escape")
+    page.wait_for_selector(VIEW, state="detached")
 
 
 def test_alternatives_side_by_side_and_keep_one(page, server):
@@ -63,10 +123,20 @@ def _flow(page, server) -> None:
         assert "base.txt" not in column.locator(".alt-files").inner_text()
         assert "tokens" in column.locator(".alt-cost").inner_text()
     page.screenshot(path=str(SHOTS / "alternatives.png"))
+    assert_header_visible(page)
     alternative = columns.nth(1).get_attribute("data-session-id")
 
     columns.nth(1).locator("button.keep").click()
     page.wait_for_selector(VIEW, state="detached")
+    note = page.locator("#alternatives-kept")
+    note.wait_for()
+    said = note.inner_text()
+    assert "Kept alternative 2 of 2" in said, said
+    assert "current branch" in said and "Nothing was deleted" in said, said
+    assert "the other alternative stays" in said, said
+    # The sidebar: one group under the source, its alternatives inside by their number.
+    assert_grouped(page, sid, "New session", 2)
+    page.screenshot(path=str(SHOTS / "alternatives-kept.png"))
     # The kept one is a branch here, the head: the switcher counts two answers to turn two.
     page.wait_for_function(
         "() => [...document.querySelectorAll('#messages .branches .count')]"
