@@ -292,7 +292,7 @@ export function initControls() {
     showError("");
     try {
       await call("POST", api("/runs/"), { mode: "resume" });
-      notice("Resumed: the agent answers again from the last step; the stopped text stays above.");
+      notice("Resumed: the answer goes on from where it stopped.");
     } catch (err) { showError(err.message); }
   });
   document.getElementById("stop").addEventListener("click", async () => {

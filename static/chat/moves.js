@@ -146,15 +146,22 @@ export function editForm(m) {
   text.value = mv.editing.get(m.id) || "";
   text.setAttribute("aria-label", "Edited message");
   text.addEventListener("input", () => mv.editing.set(m.id, text.value));
+  text.setAttribute("aria-describedby", `edit-hint-${m.id}`);
   text.addEventListener("keydown", (e) => {
-    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) form.requestSubmit();
+    // As in the main box: Enter (or Ctrl/⌘+Enter) sends, Shift+Enter adds a line; an Enter
+    // that confirms an input method's composition (Japanese, Chinese…) is not a send.
     if (e.key === "Escape") { mv.editing.delete(m.id); redraw(); }
+    if (e.key !== "Enter" || e.isComposing || e.keyCode === 229 || e.shiftKey || e.altKey) return;
+    e.preventDefault();
+    form.requestSubmit();
   });
   const row = el("div", "row");
   const send = el("button", "", "Send");
   send.type = "submit";
   send.setAttribute("aria-label", "Send the edited message");
-  row.append(send, button("Cancel", "Cancel the edit", () => { mv.editing.delete(m.id); redraw(); }, "secondary"));
+  const hint = el("span", "composer-hint", "Enter sends · Shift+Enter adds a line");
+  hint.id = `edit-hint-${m.id}`;
+  row.append(send, button("Cancel", "Cancel the edit", () => { mv.editing.delete(m.id); redraw(); }, "secondary"), hint);
   form.append(text, el("p", "muted", "Sending starts a new branch from here; this one stays (‹ ›)."), row);
   form.addEventListener("submit", async (e) => {
     e.preventDefault();

@@ -186,7 +186,7 @@ function messageNode(m, dim, isLastAnswer) {
   }
   const note = stoppedNote(m);
   if (note) kids.push(note);
-  else if (m.error && m.error.message) {
+  else if (m.error && m.error.message && m.error.reason !== "UnfinishedAssistantMessage") {
     kids.push(el("div", "msg-error", m.error.message));
     // The model's error is shown here, in its message: not a second time above the box.
     if (document.getElementById("error").textContent === m.error.message) showError("");
@@ -213,8 +213,12 @@ function stoppedNote(m) {
   const recovered = m.error?.reason === "UnfinishedAssistantMessage";
   const live = currentStatus() === "busy" || currentStatus() === "waiting";
   if (!recovered && (m.completed_at || m.error || live || !m.partIds.length)) return null;
+  // A resumed step's tool cards say what became of each call (run again, or interrupted):
+  // the step itself went on, so no "Stopped" under it (a stopped answer is continued,
+  // docs/semantics.md §1.12).
+  if (recovered && m.partIds.some((pid) => getPart(pid)?.type === "tool")) return null;
   const note = el("div", "msg-note stopped", "Stopped");
-  note.title = recovered ? m.error.message : "The answer was stopped here; Resume answers again.";
+  note.title = recovered ? m.error.message : "The answer was stopped here; Resume goes on from here.";
   return note;
 }
 

@@ -88,12 +88,12 @@ def test_an_open_diff_closes_when_a_revert_an_edit_or_a_branch_switch_takes_its_
 
 
 # -- 5. Stop and Resume ------------------------------------------------------------------------
-def test_a_stopped_answer_says_stopped_and_resume_says_it_answers_again(page, server):
+def test_a_stopped_answer_says_stopped_and_resume_goes_on_in_the_same_bubble(page, server):
     login(page, server)
     sid = new_session(page)
     words = "one two three four five six seven eight nine ten"
     send(page, f"pace 300\nsay {words}")
-    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})()?.startsWith('one')")
+    page.wait_for_function(f"() => ({LAST_ASSISTANT_TEXT})()?.startsWith('one two')")
     page.click("#stop")
     wait_idle(page)
     stopped = page.locator("#messages .msg.assistant").first
@@ -102,18 +102,19 @@ def test_a_stopped_answer_says_stopped_and_resume_says_it_answers_again(page, se
 
     page.click("#resume")
     page.wait_for_function(
-        "() => document.getElementById('notice').textContent.includes('answers again')"
+        "() => document.getElementById('notice').textContent.includes('where it stopped')"
     )
     answer(page, words)
-    # The recovery's sentence (docs/semantics.md §1.5) stays in the data, and is shown as a quiet
-    # note, not an error.
-    expect(stopped.locator(".msg-note")).to_have_text("Stopped")
+    # One answer, continued in its bubble (docs/semantics.md §1.12): no second bubble that
+    # starts again, no "Stopped" left under it.
+    assert page.locator("#messages .msg.assistant").count() == 1
+    expect(stopped.locator(".text")).to_have_text(words)
+    expect(stopped.locator(".msg-note")).to_have_count(0)
     assert page.locator("#messages .msg-error").count() == 0
     assert page.locator("#error").is_hidden()
     listed = page.request.get(f"{server.url}/api/sessions/{sid}/messages/").json()["results"]
-    first = next(m for m in listed if m["role"] == "assistant")
-    assert first["error"]["reason"] == "UnfinishedAssistantMessage"
-    assert stopped.locator(".msg-note").get_attribute("title") == first["error"]["message"]
+    (first,) = [m for m in listed if m["role"] == "assistant"]
+    assert first["error"] is None and first["completed_at"]
 
 
 # -- 6. Regenerate -----------------------------------------------------------------------------
