@@ -158,7 +158,7 @@ def open_step(message: Message) -> tuple[int, str] | None:
     """(step index, snapshot before it) of an assistant message whose step has not ended
     (a ``step-start``, no ``step-finish``); else None."""
     parts = message.loaded_parts
-    # The last step's: a continued answer (§1.12) holds a step per model call.
+    # The last step's: a continued answer holds a step per model call (docs/semantics.md §1.12).
     starts = [i for i, p in enumerate(parts) if p.type == Part.Type.STEP_START]
     if not starts or any(p.type == Part.Type.STEP_FINISH for p in parts[starts[-1] :]):
         return None
