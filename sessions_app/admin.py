@@ -13,15 +13,11 @@ from django.utils.html import format_html
 
 from core.errors import AppError
 
-from . import host_admin, permissions  # noqa: F401 - host_admin registers the hosts' admin
+from . import host_admin, host_calls, permissions  # noqa: F401 - host_admin registers the hosts' admin
 from .models import HistoryEvent, Message, Part, Session, Share
 from .selectors import active_path
-from .services import cleanup as cleanup_services
-from .services import revert as revert_services
 from .services import revert_plan, sharing
-from .services import rollback as rollback_services
 from .services import sessions as session_services
-from .services import unrevert as unrevert_services
 
 # The revert action's mode choice (docs/semantics.md §14.5): value, label.
 REWIND_MODES = [
@@ -238,8 +234,8 @@ class SessionAdmin(OwnedAdmin):
             done = 0
             for session in queryset:
                 try:
-                    rollback_services.rollback_session(
-                        session=session, num_turns=num_turns, user=request.user
+                    host_calls.call(
+                        "rollback", session=session, num_turns=num_turns, user=request.user
                     )
                     done += 1
                 except AppError as exc:
@@ -283,7 +279,8 @@ class SessionAdmin(OwnedAdmin):
         plan = None
         if choice and "apply" in request.POST:
             try:
-                revert_services.revert_session(
+                host_calls.call(
+                    "revert",
                     session=session,
                     message_id=message_id,
                     part_id=part_id or None,
@@ -302,8 +299,12 @@ class SessionAdmin(OwnedAdmin):
             return None
         if choice:
             try:
-                plan = revert_plan.plan_revert(
-                    session=session, message_id=message_id, part_id=part_id or None, mode=mode
+                plan = host_calls.call_json(
+                    "revert_plan",
+                    session=session,
+                    message_id=message_id,
+                    part_id=part_id or None,
+                    mode=mode,
                 )
             except AppError as exc:
                 self.message_user(request, exc.message, messages.ERROR)
@@ -328,19 +329,20 @@ class SessionAdmin(OwnedAdmin):
         description="Unrevert (restore the files from before the revert)", permissions=["change"]
     )
     def unrevert_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
-        self._each(request, queryset, unrevert_services.unrevert_session, "Unreverted")
+        self._each(request, queryset, "unrevert", "Unreverted")
 
     @admin.action(
         description="Confirm the revert (clean up what lies after it)", permissions=["change"]
     )
     def cleanup_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
-        self._each(request, queryset, cleanup_services.cleanup_session, "Cleaned up")
+        self._each(request, queryset, "cleanup", "Cleaned up")
 
-    def _each(self, request: HttpRequest, queryset, service, verb: str) -> None:  # noqa: ANN001
+    def _each(self, request: HttpRequest, queryset, call: str, verb: str) -> None:  # noqa: ANN001
         done = 0
         for session in queryset:
             try:
-                service(session=session, user=request.user)  # noqa: B023
+                # On the session's home host when this process holds no worktree.
+                host_calls.call(call, session=session, user=request.user)
                 done += 1
             except AppError as exc:
                 self.message_user(request, f"{session.id}: {exc.message}", messages.ERROR)

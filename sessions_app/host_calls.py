@@ -1,6 +1,7 @@
 """History moves on the session's home host (issue 45, steps 1 and 3): a web process that
 holds no worktree (``WORKSPACE_ROOT=""``: ``core.mode.holds_worktrees()`` False) sends each
-move that touches the files — revert, unrevert, cleanup, rollback, a head switch — to the
+move that touches the files — revert, unrevert, cleanup, rollback, a head switch, an apply
+(and the admin's revert preview, which compares with the live worktree) — to the
 Celery queue of the session's home host and waits for the answer; everywhere else (embedded
 mode, one host, a shared volume) the service is called right here, as before.
 
@@ -49,7 +50,7 @@ from workspace import snapshots
 
 from . import hosts, rehome
 from .models import Session
-from .services import cleanup, lock, revert, rollback, unrevert
+from .services import apply, cleanup, lock, revert, revert_plan, rollback, unrevert
 from .services import sessions as session_services
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,11 @@ def _materialize(*, session: Session, user=None) -> Session:  # noqa: ANN001
     return session
 
 
+def _plan_revert(*, session: Session, user=None, **kwargs: Any) -> dict:  # noqa: ANN001, ARG001
+    """The admin's revert preview, on the host whose worktree it compares with."""
+    return revert_plan.plan_revert(session=session, **kwargs)
+
+
 # The allow-list: the name sent on the wire → the service the host calls, and the only
 # arguments it may be given besides the session and the user.
 CALLS: dict[str, tuple[Callable[..., Session], frozenset[str]]] = {
@@ -73,6 +79,8 @@ CALLS: dict[str, tuple[Callable[..., Session], frozenset[str]]] = {
     "rollback": (rollback.rollback_session, frozenset({"num_turns"})),
     "head": (session_services.switch_head, frozenset({"message_id"})),
     "materialize": (_materialize, frozenset()),
+    "apply": (apply.apply_change, frozenset({"part_id", "message_id", "on_conflict", "scope"})),
+    "revert_plan": (_plan_revert, frozenset({"message_id", "part_id", "mode"})),
 }
 
 

@@ -26,6 +26,7 @@ import redis
 from django.conf import settings as django_settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import OperationalError, connections, transaction
+from django.test import Client
 from django.utils import timezone
 
 from runs_app.models import Run
@@ -444,3 +445,44 @@ def test_a_service_s_json_answer_comes_back_with_the_reply(api, monkeypatch, set
     broker = redis.Redis.from_url(settings.REDIS_URL)
     reply = json.loads(broker.lpop(f"agentplat:host-call:{call_id}:reply"))
     assert reply == {"ok": True, "result": {"session": sid, "x": 2}}
+
+
+def test_apply_of_a_fork_s_call_on_another_host_and_the_admin_s_moves(cluster, web, api, owner):
+    """An apply (its source a fork on the other host: its trees fetched from the central
+    store) and the admin's revert preview, revert and unrevert are done on the home host."""
+    sid = new_session(api)
+    home = Session.objects.get(id=sid).host
+    other = next(h for h in HOSTS if h != home)
+    _turn(api, sid, "write f.txt one")
+    Host.objects.filter(name=home).update(draining=True)  # the fork is made on the other host
+    fork = api.post(f"/api/sessions/{sid}/fork/", {}, format="json").json()["id"]
+    wait_until(lambda: Session.objects.filter(id=fork, status="idle").exists(), 60, "fork", 0.1)
+    Host.objects.filter(name=home).update(draining=False)
+    assert Session.objects.get(id=fork).host == other
+    _turn(api, fork, "write g.txt two\nwrite h.txt three")
+    part = next(
+        p
+        for p in Part.objects.filter(session_id=fork, type="tool").order_by("id")
+        if (p.state or {}).get("input", {}).get("path") == "g.txt"
+    )
+
+    applied = api.post(f"/api/sessions/{sid}/apply/", {"part_id": part.id}, format="json")
+    assert applied.status_code == 200, applied.json()
+    assert applied.json()["paths"] == ["g.txt"]
+    assert cluster.files(home, sid) == {"f.txt": "one", "g.txt": "two"}
+
+    owner.is_staff = owner.is_superuser = True
+    owner.save()
+    admin = Client()
+    admin.force_login(owner)
+    first = Message.objects.filter(session_id=sid, role="user").order_by("id").first()
+    base = {"action": "revert_action", "_selected_action": [sid], "boundary": first.id}
+    preview = admin.post("/admin/sessions_app/session/", {**base, "preview": "1"})
+    assert 'id="revert-plan"' in preview.content.decode() and "g.txt" in preview.content.decode()
+    admin.post("/admin/sessions_app/session/", {**base, "apply": "1"})
+    assert cluster.files(home, sid) == {}
+    admin.post(
+        "/admin/sessions_app/session/", {"action": "unrevert_action", "_selected_action": [sid]}
+    )
+    assert cluster.files(home, sid) == {"f.txt": "one", "g.txt": "two"}
+    assert not web.exists()

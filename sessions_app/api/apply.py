@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from api.serializers import Choice, In
 
+from .. import host_calls
 from ..services import apply as apply_services
 from .base import SessionScopedViewSet
 
@@ -64,7 +65,8 @@ class ApplyViewSet(SessionScopedViewSet):
         files when it conflicts and ``on_conflict`` is ``refuse``."""
         session = self.get_object()
         args = self.body(ApplyIn)
-        result = apply_services.apply_change(
+        result = host_calls.call_json(
+            "apply",
             session=session,
             user=request.user,
             part_id=args["part_id"] or None,

@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from core.errors import ConflictError, InvalidInput, NotFoundError
 from realtime import events
-from workspace import snapshots, trees
+from workspace import replication, snapshots, trees
 
 from ..models import HistoryEvent, Message, Part, Session
 from ..selectors import active_path, message_data, session_data
@@ -145,6 +145,25 @@ def source_change(
     return Change(starts[0], finishes[-1], session, path[start], None, "the turn", "turn")
 
 
+def _fetch_source(session: Session, change: Change) -> None:
+    """A change of another session that lives on another host (issue 45): its trees are in
+    the central store, not in this host's store; its replicated ref is fetched (as an adopt
+    fetches its fork's). One host, or a shared volume: the host's store holds them all."""
+    if change.session.id == session.id:
+        return
+    if not (replication.enabled() and change.session.replicated_commit):
+        return
+    snap = snapshots.for_session(session)
+    snap.ensure()
+    wanted = (change.before, change.after)
+    if all(snap.run(["cat-file", "-e", f"{t}^{{tree}}"]).code == 0 for t in wanted):
+        return
+    try:
+        replication.fetch(snap, change.session.id)
+    except replication.ReplicationError as exc:
+        raise ConflictError(f"That change's files cannot be fetched: {exc}") from None
+
+
 def apply_change(
     *,
     session: Session,
@@ -159,6 +178,7 @@ def apply_change(
     if on_conflict not in ON_CONFLICT:
         raise InvalidInput("on_conflict must be one of refuse, markers.")
     change = source_change(part_id=part_id, message_id=message_id, user=user, scope=scope)
+    _fetch_source(session, change)
     with FilesFollow(session.id) as follow, transaction.atomic():
         locked = lock.lock_idle_session(session.id)
         if locked.revert:
