@@ -1,5 +1,6 @@
 // Blame in the file viewer (issue 27, docs/semantics.md §14.4): a gutter beside the file's lines
-// that names, for each run of lines, the step that last changed it ("msg 3 · write"); a click
+// that names, for each run of lines, the turn that last changed it ("turn 3", as the chat counts
+// turns: its user messages; the API's `turn`), and its tool where the viewer has room; a click
 // scrolls to that message in the conversation and highlights it. Lines from before the
 // session's first snapshot (a clone, an upload) say so. A file blame cannot read (binary,
 // too large, not in the snapshots yet) stays as plain text.
@@ -8,14 +9,14 @@ import { el } from "./chat/dom.js";
 
 function label(run) {
   if (!run.message_id) return "before the session";
-  return `msg ${run.position} · ${run.tool || "change"}`;
+  return `turn ${run.turn ?? "?"}`;
 }
 
 function title(run, lines) {
   if (!run.message_id) return `${lines}: from before the session's first snapshot (a clone or an upload)`;
   const when = run.created_at ? new Date(run.created_at).toLocaleString() : "";
   const step = run.step === null || run.step === undefined ? "" : `, step ${run.step + 1}`;
-  return `${lines}: ${run.tool || "a change"} in message ${run.position}${step}${when ? `, ${when}` : ""}. Click to show the message.`;
+  return `${lines}: ${run.tool || "a change"} in turn ${run.turn ?? "?"}${step}${when ? `, ${when}` : ""}. Click to show the message.`;
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -65,12 +66,13 @@ export async function addBlame(pre, path, text) {
     const span = run.start === run.end ? `line ${run.start}` : `lines ${run.start}–${run.end}`;
     const gutter = el(run.message_id ? "button" : "span", "blame-gutter" + (run.message_id ? "" : " before"));
     gutter.dataset.label = label(run);
+    gutter.dataset.tool = run.message_id ? run.tool || "change" : ""; // shown when there is room
     gutter.dataset.messageId = run.message_id || "";
     gutter.dataset.start = String(run.start);
     gutter.style.top = `calc(${run.start - 1} * var(--blame-line))`;
     gutter.style.height = `calc(${run.end - run.start + 1} * var(--blame-line))`;
     gutter.title = title(run, span);
-    gutter.setAttribute("aria-label", `${span}: ${label(run)}`);
+    gutter.setAttribute("aria-label", `${span}: ${label(run)}${run.message_id ? `, ${run.tool || "a change"}` : ""}`);
     if (run.message_id) {
       gutter.type = "button";
       gutter.addEventListener("click", () => goToMessage(run.message_id));

@@ -35,6 +35,11 @@ class BlameLineOut(serializers.Serializer):
     position = serializers.IntegerField(
         allow_null=True, help_text="The message's place in the conversation (from 1)."
     )
+    turn = serializers.IntegerField(
+        allow_null=True,
+        help_text="The turn the message belongs to, as the chat counts them: the user messages"
+        " on the path up to it (from 1).",
+    )
     created_at = serializers.DateTimeField(allow_null=True, help_text="When the step started.")
 
 

@@ -57,6 +57,7 @@ class Origin:
     tool: str | None
     step: int | None
     position: int  # the message's place in the path, from 1
+    turn: int  # the turn it belongs to: how many user messages the path has up to it
     created_at: str | None
 
     def data(self) -> dict[str, Any]:
@@ -67,6 +68,7 @@ class Origin:
             "tool": self.tool,
             "step": self.step,
             "position": self.position,
+            "turn": self.turn,
             "created_at": self.created_at,
         }
 
@@ -78,6 +80,7 @@ BEFORE = {
     "tool": None,
     "step": None,
     "position": None,
+    "turn": None,
     "created_at": None,
 }
 
@@ -143,26 +146,37 @@ def _history(session: Session, ids: list[str], name: str) -> History:
     made several calls, their input paths, extracted by the database."""
     if not ids:
         return History(None, [], None)
-    messages = {
-        mid: (run, at)
-        for mid, run, at in Message.objects.filter(id__in=ids).values_list(
-            "id", "run_id", "created_at"
-        )
-    }
+    rows = Message.objects.filter(id__in=ids).values_list("id", "run_id", "created_at", "role")
+    messages = {mid: (run, at) for mid, run, at, _ in rows}
+    roles = {mid: role for mid, _, _, role in rows}
     root, final, steps = _steps_changing(name, ids, _parts_by_message(ids))
     if len(steps) > BLAME_STEPS_MAX:
         steps = steps[-BLAME_STEPS_MAX:]
         root = steps[0].before
     paths = _input_paths(steps)
     position = {mid: i for i, mid in enumerate(ids, start=1)}
+    turns = _turns(ids, roles)
     changes = []
     for step in steps:
         part, tool = _chosen(step.tools, step.others, paths, name)
         run_id, created = messages.get(step.message_id, (None, None))
         at = position[step.message_id]
-        origin = Origin(step.message_id, part, run_id, tool, step.number, at, _when(created))
+        origin = Origin(
+            step.message_id, part, run_id, tool, step.number, at, turns[step.message_id],
+            _when(created),
+        )  # fmt: skip
         changes.append(Change(step.before, step.after, origin))
     return History(root, changes, final or root)
+
+
+def _turns(ids: list[str], roles: dict[str, str]) -> dict[str, int]:
+    """Each message of the path: its turn's number as the chat counts turns (the user
+    messages up to it, from 1; 0 before the first)."""
+    turns, count = {}, 0
+    for mid in ids:
+        count += roles.get(mid) == Message.Role.USER
+        turns[mid] = count
+    return turns
 
 
 class _Step(NamedTuple):
