@@ -1,6 +1,6 @@
 """The Celery tasks a session's home host runs for a web process that holds no worktree
 (found by the worker through ``config/celery.py``'s task discovery): a history move
-(``host_calls``), and the removal of a deleted session's files."""
+or a push to a session's origin (``host_calls``), and the removal of a deleted session's files."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 from celery import shared_task
 
 from . import host_calls
+from .repositories import push  # noqa: F401 - registers the host call "push"
 from .services import sessions
 
 

@@ -68,6 +68,7 @@ def cluster(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Cl
             SNAPSHOT_REMOTE=store.url("central"),
             SNAPSHOT_REMOTE_TOKEN=store.token,
             GIT_SSL_CAINFO=str(store.ca_file),
+            GIT_ALLOWED_HOSTS="127.0.0.1",  # the clone of the push test, on its host
         )
         procs = Processes()
         roots = {host: tmp / host for host in HOSTS}
@@ -485,4 +486,34 @@ def test_apply_of_a_fork_s_call_on_another_host_and_the_admin_s_moves(cluster, w
         "/admin/sessions_app/session/", {"action": "unrevert_action", "_selected_action": [sid]}
     )
     assert cluster.files(home, sid) == {"f.txt": "one", "g.txt": "two"}
+    assert not web.exists()
+
+
+def test_a_clone_s_work_is_pushed_from_its_home_host(cluster, web, api, settings):
+    """The push builds its commits on the cloned commit, which only the home host's store
+    holds: a web that holds no worktree sends it there (host call "push")."""
+    settings.GIT_ALLOWED_HOSTS = ["127.0.0.1"]
+    url = cluster.store.make_repo("origin", {"README.md": "hello\n"})
+    made = api.post("/api/sessions/", {"repository": {"url": url}}, format="json")
+    assert made.status_code == 201, made.json()
+    sid = made.json()["id"]
+    wait_until(lambda: Session.objects.get(id=sid).status == "idle", 60, "the clone", every=0.1)
+    home = Session.objects.get(id=sid).host
+    _turn(api, sid, "Add a file\nwrite new.txt pushed")
+    credential = api.post(
+        "/api/credentials/",
+        {"name": "push", "host": "127.0.0.1", "port": int(cluster.store.base_url.rsplit(":", 1)[1]),
+         "kind": "token", "secret": cluster.store.token},
+        format="json",
+    ).json()  # fmt: skip
+    pushed = api.post(
+        f"/api/sessions/{sid}/push/",
+        {"branch": "agent/work", "credential_id": credential["id"]},
+        format="json",
+    )
+    assert pushed.status_code == 200, pushed.json()
+    assert cluster.store.head("origin", "agent/work") == pushed.json()["commit"]
+    tree = cluster.store.read_tree("origin", "agent/work")
+    assert tree == {"README.md": b"hello\n", "new.txt": b"pushed"}
+    assert cluster.files(home, sid) == {"README.md": "hello\n", "new.txt": "pushed"}
     assert not web.exists()

@@ -15,6 +15,7 @@ from django.conf import settings
 from core.errors import ConflictError, InvalidInput
 from workspace import repos, snapshots, store
 
+from .. import host_calls
 from ..models import HistoryEvent, Message, Part, Session
 from ..services import downloads
 from .checks import check_push
@@ -22,6 +23,14 @@ from .credentials import secret_for
 
 
 def push(*, session: Session, branch: object, credential_id: object, user) -> dict:  # noqa: ANN001
+    """``push_here``, on the session's home host when this process holds no worktree (issue
+    45: the cloned commit and its objects are in the home host's snapshot store)."""
+    return host_calls.call_json(
+        "push", session=session, branch=branch, credential_id=credential_id, user=user
+    )
+
+
+def push_here(*, session: Session, branch: object, credential_id: object, user) -> dict:  # noqa: ANN001
     """Push the session's work at its head to its origin under ``branch`` (see the module):
     ``{remote, branch, commit}``; 409 when the branch exists and would not fast-forward."""
     remote = check_push(session, branch, credential_id)
@@ -86,3 +95,7 @@ class _scratch_dir:
 
     def __exit__(self, *exc: object) -> None:
         self._dir.cleanup()
+
+
+# On the allow-list of calls on a home host (sessions_app/tasks.py imports this module there).
+host_calls.register("push", push_here, frozenset({"branch", "credential_id"}))
