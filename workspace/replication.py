@@ -75,12 +75,15 @@ def commit(snap: Snapshots, tree: str, parent: str = "") -> str:
     return tree_objects.write_object(snap, "commit", ("\n".join(lines) + "\n").encode())
 
 
-def push(snap: Snapshots, session_id: str, tree: str, expected: str) -> str:
+def push(
+    snap: Snapshots, session_id: str, tree: str, expected: str, *, parent: str | None = None
+) -> str:
     """Push ``tree`` as the session's ref, if the remote's ref is ``expected`` (the commit
     last replicated, "" for none): the new commit's id. ``ReplicationRejected`` when the
     remote's ref is elsewhere; ``ReplicationError`` for anything else (the server down, a
-    deadline passed)."""
-    new = commit(snap, tree, expected)
+    deadline passed). ``parent``: the new commit's parent when it is not ``expected`` (an
+    import's first push: a chain made locally, on a ref the remote does not have yet)."""
+    new = commit(snap, tree, expected if parent is None else parent)
     name = ref(session_id)
     result = _git(
         snap,

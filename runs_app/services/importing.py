@@ -22,11 +22,15 @@ source itself, the session it was forked from, each run's root origin) is not ke
 since they may not exist here or not be the caller's: the ``import`` history event records
 those ids. A model this deployment does not offer is replaced by the default (``AGENT_MODEL``),
 and the event records the original.
+
+A process that holds no worktree (issue 45, step 3: a web started with ``WORKSPACE_ROOT=""``)
+writes the files through the central store instead, never under ``WORKSPACE_ROOT``: pushed
+first as the new session's ref, recorded with the rows, then materialised on its home host
+(``import_store``); the missing objects are checked against the web's mirror there.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from typing import Any
 
@@ -34,14 +38,15 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from core import ids, models_catalog
+from core import ids, mode, models_catalog
 from core.errors import InvalidInput
-from sessions_app import hosts
+from sessions_app import host_calls, hosts, reads
 from sessions_app.models import HistoryEvent, Message, Part, Session
 from sessions_app.services.sessions import check_session_quota, imported_title
-from workspace import snapshots, store, tree_objects
+from workspace import replication, snapshots, store
 
 from ..models import Run, run_id
+from . import import_store
 from .export import snapshot_names
 from .import_checks import ImportPlan, check_import
 
@@ -52,8 +57,11 @@ UNFINISHED = {Run.Status.PENDING, Run.Status.RUNNING, Run.Status.REQUIRES_ACTION
 def import_session(*, user, document: Any) -> Session:  # noqa: ANN001
     """A new session of ``user`` from ``document`` (InvalidInput, 400, for anything wrong in
     it; QuotaExceeded, 429, past ``SESSIONS_PER_USER_MAX``)."""
+    local = mode.embedded() or mode.holds_worktrees()
+    if not local and not replication.enabled():
+        raise host_calls.HostUnavailable(import_store.NEEDS_STORE)
     plan = check_import(document)
-    _check_missing_objects(user, plan)
+    borrowed = _check_missing_objects(user, plan)
     message_ids = {m["id"]: ids.message_id() for m in plan.messages}
     run_ids = {r["id"]: run_id() for r in plan.runs}
     session = _session(user, plan, message_ids)
@@ -64,34 +72,65 @@ def import_session(*, user, document: Any) -> Session:  # noqa: ANN001
         revert["message_id"] = message_ids[revert["message_id"]]
         revert["part_id"] = part_ids.get(revert["part_id"])
         session.revert = revert
+    rows = (runs, messages, parts)
+    if not local:
+        return _import_through_store(user, session, plan, rows, borrowed)
     snap = snapshots.for_session(session)
     try:
         with transaction.atomic():
-            check_session_quota(user)
-            session.title = imported_title(user, session.title)
-            session.save(force_insert=True)
-            created = [r.created_at for r in runs]
-            Run.objects.bulk_create(runs, batch_size=BATCH)
-            # ``created_at`` is auto_now_add: the insert stamped now; the originals go back.
-            for run, when in zip(runs, created, strict=True):
-                run.created_at = when
-            Run.objects.bulk_update(runs, ["created_at"], batch_size=BATCH)
-            Message.objects.bulk_create(messages, batch_size=BATCH)
-            Part.objects.bulk_create(parts, batch_size=BATCH)
+            _save(user, session, rows)
             # The files last, still inside the transaction: if they fail, no rows remain.
-            tree = _write_files(snap, plan)
-            HistoryEvent.objects.create(
-                session=session,
-                kind="import",
-                created_by=user,
-                data={**plan.source, "snapshot": tree, "model": plan.session["model"]},
-            )
+            _event(user, session, plan, import_store.write_files(snap, plan))
     except BaseException:
         shutil.rmtree(session.worktree, ignore_errors=True)
         shutil.rmtree(session.snapshot_dir, ignore_errors=True)
         raise
     session.refresh_from_db()
     return session
+
+
+def _import_through_store(
+    user,  # noqa: ANN001
+    session: Session,
+    plan: ImportPlan,
+    rows: tuple[list[Run], list[Message], list[Part]],
+    borrowed: snapshots.Snapshots | None,
+) -> Session:
+    """(A process that holds no worktree.) The files pushed to the central store as the
+    session's ref and recorded with the rows, then materialised on its home host
+    (``import_store``)."""
+    with import_store.pushed(session.id, plan, borrowed) as (commit, tree):
+        session.replicated_commit, session.replicated_snapshot = commit, tree
+        session.replicated_at = timezone.now()
+        with transaction.atomic():
+            _save(user, session, rows)
+            _event(user, session, plan, tree)
+    return import_store.materialize(session, user)
+
+
+def _save(user, session: Session, rows: tuple[list[Run], list[Message], list[Part]]) -> None:  # noqa: ANN001
+    """The rows, in the caller's transaction."""
+    runs, messages, parts = rows
+    check_session_quota(user)
+    session.title = imported_title(user, session.title)
+    session.save(force_insert=True)
+    created = [r.created_at for r in runs]
+    Run.objects.bulk_create(runs, batch_size=BATCH)
+    # ``created_at`` is auto_now_add: the insert stamped now; the originals go back.
+    for run, when in zip(runs, created, strict=True):
+        run.created_at = when
+    Run.objects.bulk_update(runs, ["created_at"], batch_size=BATCH)
+    Message.objects.bulk_create(messages, batch_size=BATCH)
+    Part.objects.bulk_create(parts, batch_size=BATCH)
+
+
+def _event(user, session: Session, plan: ImportPlan, tree: str) -> None:  # noqa: ANN001
+    HistoryEvent.objects.create(
+        session=session,
+        kind="import",
+        created_by=user,
+        data={**plan.source, "snapshot": tree, "model": plan.session["model"]},
+    )
 
 
 def _session(user, plan: ImportPlan, message_ids: dict[str, str]) -> Session:  # noqa: ANN001
@@ -221,19 +260,22 @@ def _branch(
     return branch
 
 
-def _check_missing_objects(user, plan: ImportPlan) -> None:  # noqa: ANN001
+def _check_missing_objects(user, plan: ImportPlan) -> snapshots.Snapshots | None:  # noqa: ANN001
     """InvalidInput unless every id the document names without carrying it is named by the
     snapshots of the session it was exported from, one of ``user``'s (an export of a session
-    whose store had lost objects imports back; nobody else's objects can be named)."""
+    whose store had lost objects imports back; nobody else's objects can be named): the
+    store those were read from (the source's, or the web's mirror in a process without
+    worktrees, ``reads.snapshots_for_read``), None when none was."""
     if not plan.missing:
-        return
+        return None
     source = Session.objects.filter(id=plan.source["source_session_id"], owner=user).first()
     named: set[str] = set()
+    snap = None
     if source is not None:
         parts = list(Part.objects.filter(session_id=source.id).only("data"))
         runs = list(Run.objects.filter(session=source).only("branch"))
         roots = snapshot_names(source, parts, runs)
-        snap = snapshots.for_session(source)
+        snap = reads.snapshots_for_read(source, *sorted(roots), strict=False)
         held = [
             sha for sha, kind, _size in store.object_info(snap, sorted(roots)) if kind == "tree"
         ]
@@ -246,25 +288,4 @@ def _check_missing_objects(user, plan: ImportPlan) -> None:  # noqa: ANN001
             " session it was exported from (one of yours) names it. An import carries every"
             " object it names."
         )
-
-
-# -- the files ----------------------------------------------------------------------------------
-def _write_files(snap: snapshots.Snapshots, plan: ImportPlan) -> str:
-    """The snapshot objects into the store, the files into the (new, empty) worktree; the
-    worktree's tree."""
-    snap.ensure()
-    for item in plan.objects:
-        tree_objects.write_object(
-            snap, item.type, item.body
-        )  # its id is checked: the hash of its content
-    root = snap.worktree
-    for file in plan.files:
-        target = root / file.path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # O_EXCL | O_NOFOLLOW: the worktree is new, and nothing is written through a link.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        fd = os.open(target, flags, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(file.content)
-        os.chmod(target, 0o755 if file.executable else 0o644)
-    return snap.track()
+    return snap
