@@ -137,6 +137,9 @@ def _flow(page, server) -> None:
     # The sidebar: one group under the source, its alternatives inside by their number.
     assert_grouped(page, sid, "New session", 2)
     page.screenshot(path=str(SHOTS / "alternatives-kept.png"))
+    page.emulate_media(color_scheme="dark")
+    page.screenshot(path=str(SHOTS / "alternatives-kept-dark.png"))
+    page.emulate_media(color_scheme="light")
     # The kept one is a branch here, the head: the switcher counts two answers to turn two.
     page.wait_for_function(
         "() => [...document.querySelectorAll('#messages .branches .count')]"

@@ -117,3 +117,24 @@ def test_the_dialog_fits_the_window(page, server, tmp_path, width, scheme):
         assert box["x"] >= 0 and box["x"] + box["width"] <= width, (selector, box)
     page.keyboard.press("Escape")
     page.wait_for_selector(DIALOG, state="detached")
+
+
+def test_a_folder_asks_too_and_drops_its_own_name(page, server, tmp_path):
+    # A chosen folder: its files' paths all start with its name; the dialog offers to drop it.
+    folder = tmp_path / "webapp"
+    (folder / "src").mkdir(parents=True)
+    (folder / "index.html").write_text("<p>")
+    (folder / "src" / "app.js").write_text("go()")
+    login(page, server)
+    before = _sessions(page, server)
+    page.goto(f"{server.url}/?new=1")
+    page.set_input_files("#upload-folder", str(folder))
+    page.wait_for_selector(f"{DIALOG}[open]")
+    assert page.input_value("#upload-name") == "webapp"
+    assert page.locator("#upload-strip").is_checked()
+    assert "2 files from the folder webapp" in page.inner_text(f"{DIALOG} .upload-what")
+    assert _sessions(page, server) == before
+    page.click("#upload-create")
+    page.wait_for_url("**/sessions/ses_*/")
+    sid = page.url.rstrip("/").rsplit("/", 1)[-1]
+    assert files_on_disk(server, sid) == {"index.html": "<p>", "src/app.js": "go()"}
