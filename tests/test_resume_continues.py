@@ -8,6 +8,7 @@ import pytest
 
 from runs_app.execution.loop import context as loop_context
 from runs_app.models import Run
+from runs_app.providers.anthropic_native import to_anthropic
 from runs_app.providers.openai_compat import OpenAIProvider
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import active_path
@@ -100,3 +101,12 @@ def test_the_model_is_sent_the_answer_so_far_and_its_rest_is_appended(api, sid, 
     ], "the stopped answer is the assistant's message so far"
     (answer,) = answers(sid)
     assert [p.text for p in answer.loaded_parts if p.type == "text"] == [partial + " and the end."]
+
+
+def test_anthropic_is_sent_the_answer_so_far_as_a_prefill_it_accepts():
+    # Its Messages API takes a last assistant turn as the start of the answer, and refuses
+    # one that ends in whitespace.
+    _, turns = to_anthropic(
+        [{"role": "user", "content": "tell"}, {"role": "assistant", "content": "Once upon \n"}]
+    )
+    assert turns[-1] == {"role": "assistant", "content": [{"type": "text", "text": "Once upon"}]}

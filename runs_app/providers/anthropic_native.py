@@ -77,6 +77,11 @@ def to_anthropic(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, An
                     }
                 ],
             )
+    if out and out[-1]["role"] == "assistant" and out[-1]["content"][-1]["type"] == "text":
+        # A last assistant turn is a prefill — a stopped answer to go on with
+        # (docs/semantics.md §1.12) — and the API refuses one that ends in whitespace.
+        last = out[-1]["content"][-1]
+        last["text"] = last["text"].rstrip() or "…"
     return "\n\n".join(s for s in system if s), out
 
 
