@@ -13,6 +13,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import JsonResponse
 
+from core import mode
 from workspace import sandbox
 
 from .execution import runtime
@@ -55,10 +56,14 @@ def _worker() -> str:
     return f"{len(replies)} worker(s)"
 
 
+def _workspaces() -> str:
+    if not mode.holds_worktrees():
+        return 'none in this process (WORKSPACE_ROOT=""): the worker hosts hold them'
+    return sandbox.workspaces(Path(settings.WORKSPACE_ROOT))
+
+
 def health(request) -> JsonResponse:  # noqa: ANN001
     checks = {"database": _timed(_database), "redis": _timed(_redis), "worker": _timed(_worker)}
     ok = all(c["ok"] for c in checks.values())
-    details = {
-        "workspaces": sandbox.workspaces(Path(settings.WORKSPACE_ROOT))
-    }  # said, not checked: either way works
+    details = {"workspaces": _workspaces()}  # said, not checked: either way works
     return JsonResponse({"ok": ok, "checks": checks, "details": details}, status=200 if ok else 503)

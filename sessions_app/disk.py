@@ -18,6 +18,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from core import mode
 from workspace import shared_checkouts
 from workspace.sandbox import workspaces
 from workspace.worktree_usage import walk
@@ -103,6 +104,11 @@ def _entries(worktree: Path):  # noqa: ANN202 - an iterator of (os.stat_result, 
 def disk_page(request: HttpRequest) -> HttpResponse:
     if not request.user.is_superuser:
         raise PermissionDenied
+    if not mode.holds_worktrees():
+        # A web of several worker hosts (issue 45): the worktrees are on the hosts, each
+        # host's disk on the Hosts page; nothing here to walk.
+        context = {**admin.site.each_context(request), "title": "Disk", "no_worktrees": True}
+        return TemplateResponse(request, "admin/sessions_app/disk.html", context)
     overall, users = holdings()
     context = {
         **admin.site.each_context(request),

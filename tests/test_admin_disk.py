@@ -61,3 +61,19 @@ def test_the_disk_page_counts_what_only_a_shared_checkout_holds(api, settings, t
     assert 40_000 <= overall.kept < 40_000 + 4 * 4096
     assert overall.disk >= overall.kept
     assert b"held only by the checkouts" in page.content
+
+
+def test_a_web_without_worktrees_points_to_the_hosts_and_walks_nothing(settings, tmp_path):
+    """Issue 45: a web process started with WORKSPACE_ROOT="" walks no folder for the Disk
+    page and probes none for the health's details; it points to the Hosts page."""
+    settings.HOLDS_WORKTREES = False
+    settings.WORKSPACE_ROOT = tmp_path / "never-made"
+    admin_user = User.objects.create_superuser("root-admin", "r@example.com", "pw-long-enough-1")
+    client = Client()
+    client.force_login(admin_user)
+    page = client.get("/admin/disk/")
+    assert page.status_code == 200
+    assert b"holds no worktree" in page.content and b"/admin/sessions_app/host/" in page.content
+    health = client.get("/api/health/").json()
+    assert "worker hosts hold them" in health["details"]["workspaces"]
+    assert not settings.WORKSPACE_ROOT.exists()
