@@ -94,13 +94,13 @@ def test_unticked_the_top_folder_stays_and_cancel_creates_nothing(page, server, 
 
 def test_an_archive_with_several_entries_at_its_top_offers_no_drop(page, server, tmp_path):
     login(page, server)
-    _choose(page, server, _zip(tmp_path / "mixed.zip", {"README": "r", "docs/a.md": "a"}))
+    _choose(page, server, _zip(tmp_path / "mixed.zip", {"README": "r", "notes/a.txt": "a"}))
     assert page.input_value("#upload-name") == "mixed"
     assert page.locator("#upload-strip").count() == 0
     page.click("#upload-create")
     page.wait_for_url("**/sessions/ses_*/")
     sid = page.url.rstrip("/").rsplit("/", 1)[-1]
-    assert files_on_disk(server, sid) == {"README": "r", "docs/a.md": "a"}
+    assert files_on_disk(server, sid) == {"README": "r", "notes/a.txt": "a"}
 
 
 @pytest.mark.parametrize(("width", "scheme"), [(390, "dark"), (390, "light"), (1280, "dark")])
