@@ -3,14 +3,14 @@
 Every worker process (and the embedded server, the one host there) beats for its host
 ``WORKER_HOST`` every half lease (``beat``, from the run sweeper's thread); a host is live
 while its last beat is within ``RUN_LEASE_SECONDS``. A new session is placed on the live host
-with the fewest sessions (``place``), a fork on its source's; its runs and its clone then go
-to that host's Celery queue (``queue_for``), which every worker of that name consumes beside
-the default queue (config/celery.py).
+with the fewest sessions (``place``), a fork on its source's while that host is live; its
+runs, clone, fork job and history moves then go to that host's Celery queue (``queue_for``),
+which every worker of that name consumes beside the default queue (config/celery.py).
 
-Today every host still sees one ``WORKSPACE_ROOT`` (a shared volume), so a session whose
-home is not live (or that has none: blank, from before hosts) goes to the default queue and
-any worker takes it, as before; with a central store, the worker that takes it re-homes it
-(``rehome.py``: the worktree from the store, the home moved).
+A session whose home is not live (or that has none: blank, from before hosts) goes to the
+default queue and any worker takes it: on a shared volume that is all; with a central store
+(each host its own disk), the worker that takes it re-homes it (``rehome.py``: the worktree
+from the store, the home moved), and the sweep moves a dead host's idle sessions.
 """
 
 from __future__ import annotations
