@@ -171,16 +171,17 @@ class RunHost:
                     await self.blocking(runtime.enqueue, run_id)
                     _resolve(begun, False)
                     return
+                materialized = None
                 async with self.starting():
                     started = await self.blocking(lifecycle.begin, run_id)
                     if started.run is not None:  # its files here first (issue 45, step 4)
-                        await self.blocking(rehome.on_claim, started.run.session)
+                        materialized = await self.blocking(_claim, started.run.session)
                 _resolve(begun, started.retry)
                 if started.retry:
                     self._retry_later(run_id)
                     return
                 if started.run is not None:
-                    await self._carry(started.run)
+                    await self._carry(started.run, materialized)
         except BaseException as exc:  # a run that crashed must not take the host with it
             log.exception("run %s crashed in the host", run_id)
             _resolve(begun, False, exc)
@@ -188,7 +189,7 @@ class RunHost:
             _resolve(finished, None)
             self.hosted -= 1  # after its end is said: a settled host has no run to finish
 
-    async def _carry(self, run: Any) -> None:
+    async def _carry(self, run: Any, materialized: tuple[str, str] | None = None) -> None:
         """(On the loop.) A begun run's loop, from its first step to its end."""
         assert self.texts is not None
         control = RunControl(
@@ -197,7 +198,9 @@ class RunHost:
         self.runs[run.id] = control
         try:
             with log_context(run_id=run.id, session_id=run.session_id):
-                await agent_loop.execute(run, host=self, control=control, texts=self.texts)
+                await agent_loop.execute(
+                    run, host=self, control=control, texts=self.texts, materialized=materialized
+                )
         finally:
             self.runs.pop(run.id, None)
             runtime.abort_bus().unregister(run.id)
@@ -266,6 +269,16 @@ class RunHost:
         a test session, whose database is then dropped). Blocks; not for the loop."""
         if self.threads is not None:
             self.threads.close_connections()
+
+
+def _claim(session: Any) -> tuple[str, str] | None:
+    """(A database thread.) ``rehome.on_claim``: (the tree, the host the session was lost
+    with) when the worktree was materialised from the central store, for the run's recovery
+    (docs/semantics.md §16.5); else None."""
+    home = session.host
+    if rehome.on_claim(session) is not rehome.Plan.MATERIALIZE:
+        return None
+    return session.replicated_snapshot, home
 
 
 def _resolve(future: concurrent.futures.Future, value: Any, exc: BaseException | None = None):

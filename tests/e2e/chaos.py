@@ -1661,12 +1661,14 @@ class Checker:
             ):
                 self.report.violations[-1].evidence += self.run_summary(p["run_id"])
             if status == "completed":
-                # (More than once is the check above.)
-                lost = self.pool is not None and (sid, p["id"]) in self.pool.allowed
+                # (More than once is the check above.) Strict with several hosts too: a call
+                # whose change a host's loss took is an error that says so, not completed
+                # (docs/semantics.md §16.5).
                 self.check(
                     "completed-call-ran",
-                    count >= 1 or lost,  # or not replicated when its host died
-                    f"{name}: {line!r} is not there but its part {p['id']} is completed",
+                    count >= 1,
+                    f"{name}: {line!r} is not there but its part {p['id']} is completed"
+                    + self._lost_note(sid, p["id"]),
                     **where,
                 )
             if (state.get("metadata") or {}).get("denied"):
@@ -1689,6 +1691,15 @@ class Checker:
                         session_id=sid,
                         run_id=self._run_of_tag(line),
                     )
+
+    def _lost_note(self, session_id: str, part_id: str) -> str:
+        """(Evidence.) Whether the call's change was not replicated when its host died."""
+        if self.pool is None or (session_id, part_id) not in self.pool.lost_calls:
+            return ""
+        return (
+            " (not replicated when its host died: docs/semantics.md §16.5 makes such a call"
+            " an error)"
+        )
 
     def _run_of_tag(self, line: str) -> str:
         tag = line.split("-")[0]

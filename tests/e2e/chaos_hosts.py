@@ -14,10 +14,11 @@ another running, so only ``kill_host`` makes a host die.
 **What a host's loss may cost** (docs/semantics.md §1.7, issue 45 step 2): what was not yet
 replicated. At each kill, ``record_loss`` notes, for each session homed there, the snapshot
 replicated then and the side-effect calls already ``completed`` whose line the replicated files
-do not hold: those lines are lost with the disk. The checks accept exactly those missing (and
-count them in the report); any other completed call whose line is missing is a violation, as
-before. A session moved to a host that has not run it since (re-homing is lazy) has no
-worktree there: its files are the store's, its replicated snapshot.
+do not hold: those lines are lost with the disk (counted in the report). The run's recovery on
+the claiming host makes each such call an error that says so (docs/semantics.md §16.5), so the
+checks forgive nothing: a call still ``completed`` at the end whose line is missing is a
+violation, as with one host. A session moved to a host that has not run it since (re-homing
+is lazy) has no worktree there: its files are the store's, its replicated snapshot.
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ class HostPool:
     roots: dict[str, Path] = field(default_factory=dict)
     dead: list[str] = field(default_factory=list)
     losses: list[Loss] = field(default_factory=list)
-    # (session, part) of completed calls whose line a host's loss took; the replicated tree
-    # of each session at its loss.
-    allowed: set[tuple[str, str]] = field(default_factory=set)
+    # (session, part) of completed calls whose line a host's loss took (for the report and
+    # a violation's evidence: each must end an error, docs/semantics.md §16.5).
+    lost_calls: set[tuple[str, str]] = field(default_factory=set)
     lost_sessions: set[str] = field(default_factory=set)  # homed on a host when it died
     store: GitServer | None = None
     _exit: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
@@ -138,7 +139,7 @@ class HostPool:
             if (sid, name) not in held:
                 held[(sid, name)] = self.lines(tree_of.get(sid, ""), name)
             if not held[(sid, name)][line]:
-                self.allowed.add((sid, p["id"]))
+                self.lost_calls.add((sid, p["id"]))
                 loss.calls_lost += 1
         self.losses.append(loss)
         return loss

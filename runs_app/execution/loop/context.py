@@ -58,11 +58,25 @@ class RunContext:
     # The owner's limits, read once per execution (``run.phases``): the budget checked
     # between steps, the worktree's size bound for the tools.
     limits: Limits = field(default_factory=Limits)
+    # This claim materialised the worktree from the central store (sessions_app/rehome.py
+    # ``Plan.MATERIALIZE``): the tree it holds and the host the session was lost with. Read
+    # (once) by ``recovery.recover``: the calls whose change that tree lacks are lost
+    # (docs/semantics.md §16.5). Empty: the files are this host's own.
+    materialized_tree: str = ""
+    lost_host: str = ""
 
     @classmethod
     def of(
-        cls, run: Run, *, host: RunHostLike, control: RunControl, texts: TextWriter
+        cls,
+        run: Run,
+        *,
+        host: RunHostLike,
+        control: RunControl,
+        texts: TextWriter,
+        materialized: tuple[str, str] | None = None,
     ) -> RunContext:
+        """``materialized``: (tree, lost host) when this claim filled the worktree from the
+        central store."""
         session: Session = run.session
         usage = dict(run.usage or {})
         return cls(
@@ -82,6 +96,8 @@ class RunContext:
             head_id=session.head_id,
             usage=usage,
             usage_start=dict(usage),
+            materialized_tree=materialized[0] if materialized else "",
+            lost_host=materialized[1] if materialized else "",
         )
 
     def aborted(self) -> bool:

@@ -1,7 +1,9 @@
 """Recovery (docs/semantics.md §1.5, §1.7): before every step, the last assistant message of the
 path is made whole — safe tools run again, side-effect tools interrupted (never twice), a step an
 execution left open closed with what its tools did to the files, an unfinished message
-completed with the error sentence of docs/semantics.md §1.5."""
+completed with the error sentence of docs/semantics.md §1.5. When the claim materialised the
+worktree from the central store (its host was lost), the calls whose change that snapshot
+lacks are first said lost (docs/semantics.md §16.5)."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from django.utils import timezone
 
 from realtime import events
 from sessions_app.models import Message, Part, Session
-from sessions_app.selectors import message_data
+from sessions_app.selectors import message_data, part_data
 
 from ...tools import TOOLS
 from . import recorder, step_end, tool_calls
@@ -25,6 +27,8 @@ async def recover(ctx: RunContext, *, mode: str) -> None:
     are kept; unfinished tools without side effects run again; with side effects they
     are interrupted (never run twice), and so is every unfinished tool after an
     interrupt or a blocking error; an unfinished message is completed with an error."""
+    if ctx.materialized_tree:
+        lose_unreplicated(ctx)  # docs/semantics.md §16.5: before the open step is closed
     last = next((m for m in reversed(ctx.history) if m.role == Message.Role.ASSISTANT), None)
     if last is None:
         ctx.recovered = True
@@ -100,6 +104,65 @@ async def settle_tools(ctx: RunContext, last: Message, mode: str) -> None:
         else:
             recorder.interrupt(ctx, part, reason=mode, now=time.time())  # never run twice
             blocked = True
+
+
+LOST_WITH_HOST = (
+    "Lost with host {host} before its change was replicated: the files are as of the last"
+    " replicated step; run it again if it is still needed."
+)
+
+
+def lose_unreplicated(ctx: RunContext) -> None:
+    """docs/semantics.md §16.5: this claim materialised the worktree from the central store
+    (``ctx.materialized_tree``): each completed call that may change files and ran after that
+    snapshot (``lost_calls``) had its change on the lost host's disk only. It becomes an
+    error that says so, written like every row of the run (buffered, fenced by its epoch at
+    the next checkpoint), so the model reads it on its next step and the chat shows it.
+    Once per execution."""
+    tree, host = ctx.materialized_tree, ctx.lost_host or "its earlier host"
+    ctx.materialized_tree = ""
+    now = time.time()
+    for part in lost_calls(ctx.history, tree):
+        state = dict(part.state or {})
+        state.update(
+            status="error",
+            error=LOST_WITH_HOST.format(host=host),
+            metadata={**(state.get("metadata") or {}), "lost_with_host": host},
+        )
+        state.setdefault("time", {}).setdefault("end", now)
+        part.state = state
+        ctx.writer.touch(part, "state")
+        recorder.emit(ctx, events.PART_UPDATED, part=part_data(part))
+
+
+def lost_calls(history: list[Message], tree: str) -> list[Part]:
+    """The completed tool calls of ``history`` that may change files (``side_effects``) and
+    come after the last step boundary whose snapshot is ``tree``: their changes are not in
+    it. When no boundary of the path has that snapshot (the files were moved apart from the
+    conversation), only the calls of a step left open, which no snapshot holds."""
+    found: list[Part] = []
+    for message in reversed(history):
+        if message.role != Message.Role.ASSISTANT:
+            continue
+        for part in reversed(message.loaded_parts):
+            if part.type in (Part.Type.STEP_START, Part.Type.STEP_FINISH):
+                if (part.data or {}).get("snapshot") == tree:
+                    return found
+            elif part.type == Part.Type.TOOL and _changes_files(part):
+                found.append(part)
+    last = next((m for m in reversed(history) if m.role == Message.Role.ASSISTANT), None)
+    if last is None or open_step(last) is None:
+        return []
+    starts = [i for i, p in enumerate(last.loaded_parts) if p.type == Part.Type.STEP_START]
+    lost = {id(p) for p in found}
+    return [p for p in last.loaded_parts[starts[-1] :] if id(p) in lost]
+
+
+def _changes_files(part: Part) -> bool:
+    """A completed call of a tool that may change files (a read, a list, a wait do not)."""
+    tool = TOOLS.get(part.tool)
+    completed = (part.state or {}).get("status") == "completed"
+    return completed and (tool is None or tool.side_effects)
 
 
 def complete_unfinished(ctx: RunContext, last: Message, mode: str) -> None:

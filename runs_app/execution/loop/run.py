@@ -46,9 +46,18 @@ from .errors import Aborted, AwaitingApproval, BudgetReached, LockLost
 log = logging.getLogger(__name__)
 
 
-async def execute(run: Run, *, host: RunHostLike, control: RunControl, texts: TextWriter) -> None:
-    """Carry ``run`` (begun: running, this execution's epoch) to its end, or its park."""
-    ctx = RunContext.of(run, host=host, control=control, texts=texts)
+async def execute(
+    run: Run,
+    *,
+    host: RunHostLike,
+    control: RunControl,
+    texts: TextWriter,
+    materialized: tuple[str, str] | None = None,
+) -> None:
+    """Carry ``run`` (begun: running, this execution's epoch) to its end, or its park.
+    ``materialized``: (tree, lost host) when its claim filled the worktree from the central
+    store (``RunContext.materialized_tree``)."""
+    ctx = RunContext.of(run, host=host, control=control, texts=texts, materialized=materialized)
     try:
         await _execute(ctx)
     except LockLost:
