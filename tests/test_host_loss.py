@@ -40,18 +40,31 @@ LOST = (
 )
 
 
-def _alpha_dies_mid_step(api, owner, sid: str, settings) -> tuple[Run, str]:  # noqa: ANN001
-    """On host alpha: a first turn replicated (a.txt), then a run whose first step's write
-    completed (b.txt written, its part stored completed) and its read too, when alpha is
-    lost before the step's snapshot: what its checkpoints left. The run, and the tree the
-    store holds."""
+def _alpha_dies_mid_step(
+    api,  # noqa: ANN001
+    owner,  # noqa: ANN001
+    sid: str,
+    settings,  # noqa: ANN001
+    *,
+    replicated: bool = True,
+) -> tuple[Run, str]:
+    """On host alpha: a first turn (a.txt; replicated unless not ``replicated``: its push
+    fails), then a run whose first step's write completed (b.txt written, its part stored
+    completed) and its read too, when alpha is lost before the step's snapshot: what its
+    checkpoints left. The run, and the snapshot its open step began at."""
     settings.WORKER_HOST = "alpha"
     Host.objects.create(name="alpha", last_heartbeat=timezone.now(), started_at=timezone.now())
+    remote = settings.SNAPSHOT_REMOTE
+    if not replicated:
+        settings.SNAPSHOT_REMOTE = remote.replace("/central", "/nowhere")
     run_turn(api, sid, "write a.txt A1")
+    settings.SNAPSHOT_REMOTE = remote
     session = Session.objects.get(id=sid)
     assert session.host == "alpha"
-    replicated = session.replicated_snapshot
-    assert replicated and _worktree_files(sid) == {"a.txt": b"A1"}
+    before = Part.objects.filter(session_id=sid, type="step-finish").order_by("-id")[0]
+    before = before.data["snapshot"]
+    assert (session.replicated_snapshot == before) is replicated
+    assert _worktree_files(sid) == {"a.txt": b"A1"}
     run = start_run(
         session=session,
         user=owner,
@@ -74,7 +87,7 @@ def _alpha_dies_mid_step(api, owner, sid: str, settings) -> tuple[Run, str]:  # 
         session=session,
         order=0,
         type="step-start",
-        data={"snapshot": replicated, "step": 0},
+        data={"snapshot": before, "step": 0},
     )
     calls = [
         ("write", {"path": "b.txt", "content": "B1"}, "Wrote b.txt"),
@@ -95,7 +108,7 @@ def _alpha_dies_mid_step(api, owner, sid: str, settings) -> tuple[Run, str]:  # 
     Session.objects.filter(id=sid).update(
         head=step, lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
-    return Run.objects.get(id=run.id), replicated
+    return Run.objects.get(id=run.id), before
 
 
 def _alpha_is_lost(sid: str, settings) -> None:  # noqa: ANN001
@@ -148,6 +161,30 @@ def test_a_call_completed_on_a_lost_host_is_an_error_and_the_run_goes_on(
     results = [m["content"] for m in model_messages(active_path(session)) if m["role"] == "tool"]
     assert any(LOST in r for r in results)
     assert central.read_tree("central", replication.ref(sid)) == _worktree_files(sid)
+
+
+def test_a_session_never_replicated_loses_every_change_with_its_host(
+    api,
+    owner,
+    sid,
+    central,  # noqa: F811
+    settings,
+):
+    """No push reached the store: the claim finds nothing to materialise and the files on
+    beta are none; every completed change of the path is said lost, its reads are kept."""
+    run, _ = _alpha_dies_mid_step(api, owner, sid, settings, replicated=False)
+    first = Message.objects.filter(session_id=sid, role="assistant").order_by("id")[0]
+    _alpha_is_lost(sid, settings)
+    run_agent(run.id)
+    run.refresh_from_db()
+    assert run.status == "completed", run.error
+    assert _tools(run) == [
+        ("write", "error", LOST),
+        ("read", "completed", None),
+        ("write", "completed", None),
+    ]
+    assert [p.state["status"] for p in Part.objects.filter(message=first, type="tool")] == ["error"]
+    assert _worktree_files(sid) == {"c.txt": b"C1"}
 
 
 def test_a_stale_workers_rewrite_is_refused(

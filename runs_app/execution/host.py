@@ -41,7 +41,7 @@ except ImportError:  # an optional speed-up
 from core import heap
 from core.logs import log_context
 from sessions_app import rehome
-from workspace import sandbox
+from workspace import replication, sandbox, snapshots
 
 from .. import lifecycle
 from . import runtime
@@ -272,13 +272,17 @@ class RunHost:
 
 
 def _claim(session: Any) -> tuple[str, str] | None:
-    """(A database thread.) ``rehome.on_claim``: (the tree, the host the session was lost
-    with) when the worktree was materialised from the central store, for the run's recovery
-    (docs/semantics.md §16.5); else None."""
+    """(A database thread.) ``rehome.on_claim``, and for the run's recovery (docs/semantics.md
+    §16.5) the tree this host's files now are and the host the session was lost with, when
+    they are not that host's: materialised from the central store, or — a session never
+    replicated, its worktree not here — empty; else None."""
     home = session.host
-    if rehome.on_claim(session) is not rehome.Plan.MATERIALIZE:
-        return None
-    return session.replicated_snapshot, home
+    never_replicated = not session.replicated_snapshot
+    lost = never_replicated and replication.enabled() and rehome.worktree_missing(session)
+    plan = rehome.on_claim(session)
+    if plan is rehome.Plan.MATERIALIZE:
+        return session.replicated_snapshot, home
+    return (snapshots.EMPTY_TREE, home) if lost else None
 
 
 def _resolve(future: concurrent.futures.Future, value: Any, exc: BaseException | None = None):
