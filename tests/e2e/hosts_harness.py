@@ -126,11 +126,13 @@ class HostSet:
         shutil.rmtree(host.root, ignore_errors=True)
 
     def close(self) -> None:
-        """Every host's processes ended (the worker, then its relays: their process group)."""
+        """Every host's processes ended: the worker first (SIGTERM to it alone: its warm
+        shutdown still needs PostgreSQL and Redis, which reach it through the relays of its
+        process group), then the rest of its group (the relays)."""
         for host in self.hosts.values():
             for proc in host.procs:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
+                    os.kill(proc.pid, signal.SIGTERM)
             for proc in host.procs:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(15)
