@@ -156,8 +156,8 @@ def admit(locked: Session, run: Run, *, defer_enqueue: bool = False) -> Run:
     strategy = run.multitask_strategy
     busy = held_by_another(locked, run.id)
     if busy and locked.status == Session.Status.PREPARING:
-        # A clone fills the worktree: no run is queued behind it, interrupted or started.
-        raise SessionBusyError("The session's repository is still being cloned.")
+        # A clone or a fork's job fills the worktree: no run queued, interrupted or started.
+        raise SessionBusyError(lock.preparing_message(locked))
     if busy and strategy not in QUEUED_STRATEGIES:
         raise SessionBusyError()
     if busy and strategy in ("interrupt", "rollback"):

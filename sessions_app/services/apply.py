@@ -184,7 +184,7 @@ def apply_change(
         if locked.revert:
             raise ConflictError("A revert is pending: unrevert or confirm it before applying.")
         if locked.status == Session.Status.PREPARING:
-            raise ConflictError("The session's repository is still being cloned.")
+            raise ConflictError(lock.preparing_message(locked))
         snap = snapshots.for_session(locked)
         current = snap.track(journal=True)
         try:

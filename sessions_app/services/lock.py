@@ -249,6 +249,13 @@ def hold_for_job(session: Session, job: str, seconds: float) -> None:
     session.status, session.busy_run_id = Session.Status.PREPARING, job
 
 
+def preparing_message(session: Session) -> str:
+    """What a run or a move refused by a ``preparing`` session is told: a fork's job (made
+    on another host, issue 45) prepares its files, a clone clones them."""
+    doing = "prepared" if session.forked_from_session_id else "cloned"
+    return f"The session's repository is still being {doing}."
+
+
 def held_by(session_id: str, job: str) -> bool:
     """Whether ``job`` still holds the session (not deleted, not taken over)."""
     return Session.objects.filter(id=session_id, busy_run_id=job).exists()
