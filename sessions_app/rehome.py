@@ -68,6 +68,7 @@ from .models import Host, Session
 log = logging.getLogger(__name__)
 
 SWEEP_BATCH = 200  # sessions of dead hosts moved by one sweep of one worker, at most
+LOST_NOTE = "lost-with"  # in the session's snapshot dir: see ``mark_lost``
 
 
 class Plan(Enum):
@@ -150,9 +151,36 @@ def materialize(session: Session) -> None:
     tree = session.replicated_snapshot
     if snap.run(["cat-file", "-e", f"{tree}^{{tree}}"]).code != 0:
         raise replication.ReplicationError(f"The store has no tree {tree} for the session.")
+    mark_lost(session, tree)
     _set_aside(session)
     session.worktree.mkdir(parents=True, exist_ok=True)
     linked_rehome.materialize(snap, tree)  # by hard link from a same-tree session, if any
+
+
+def mark_lost(session: Session, tree: str) -> None:
+    """Before this host makes the session's files anew (``tree``: what they will be), note
+    that the old home's were lost with it (its name): the run's recovery says so of the calls
+    that tree lacks, and clears the note once that is written (docs/semantics.md §16.5). On
+    this host's disk, beside the snapshots, so that a worker of this host killed in between
+    leaves it for the next claim. A new file, then a rename."""
+    session.snapshot_dir.mkdir(parents=True, exist_ok=True)
+    note = session.snapshot_dir / LOST_NOTE
+    fresh = note.with_name(f"{LOST_NOTE}.{uuid.uuid4().hex[:8]}")
+    fresh.write_text(f"{tree} {session.host}\n")
+    fresh.replace(note)
+
+
+def lost_mark(session: Session) -> tuple[str, str] | None:
+    """(tree, lost host) of ``mark_lost`` not yet cleared, or None."""
+    try:
+        tree, _, host = (session.snapshot_dir / LOST_NOTE).read_text().strip().partition(" ")
+    except FileNotFoundError:
+        return None
+    return (tree, host) if tree else None
+
+
+def clear_lost_mark(session: Session) -> None:
+    (session.snapshot_dir / LOST_NOTE).unlink(missing_ok=True)
 
 
 def _set_aside(session: Session) -> None:

@@ -15,6 +15,7 @@ import pytest
 from django.utils import timezone
 
 from runs_app import lifecycle
+from runs_app.execution import host as run_host
 from runs_app.execution.control import RunControl
 from runs_app.execution.fencing import LeaseLost
 from runs_app.execution.host import run_agent
@@ -23,6 +24,7 @@ from runs_app.execution.loop.context import RunContext
 from runs_app.models import Run
 from runs_app.services.runs import start_run
 from runs_app.transcript import model_messages
+from sessions_app import rehome
 from sessions_app.models import Host, Message, Part, Session
 from sessions_app.selectors import active_path
 from workspace import replication, snapshots
@@ -161,6 +163,26 @@ def test_a_call_completed_on_a_lost_host_is_an_error_and_the_run_goes_on(
     results = [m["content"] for m in model_messages(active_path(session)) if m["role"] == "tool"]
     assert any(LOST in r for r in results)
     assert central.read_tree("central", replication.ref(sid)) == _worktree_files(sid)
+
+
+def test_a_claim_whose_worker_died_leaves_the_loss_to_the_next_one(
+    api,
+    owner,
+    sid,
+    central,  # noqa: F811
+    settings,
+):
+    """A worker of beta materialised the files and died before the recovery said what was
+    lost: the next worker of beta finds the files here (no materialisation), and still says
+    it, from beta's note; once said, the note is gone."""
+    run, _ = _alpha_dies_mid_step(api, owner, sid, settings)
+    _alpha_is_lost(sid, settings)
+    session = Session.objects.get(id=sid)
+    assert run_host._claim(session) is not None  # its worker dies here
+    assert not rehome.lacks_files(Session.objects.get(id=sid))
+    run_agent(run.id)
+    assert _tools(run)[0] == ("write", "error", LOST)
+    assert rehome.lost_mark(session) is None
 
 
 def test_a_session_never_replicated_loses_every_change_with_its_host(

@@ -273,16 +273,18 @@ class RunHost:
 
 def _claim(session: Any) -> tuple[str, str] | None:
     """(A database thread.) ``rehome.on_claim``, and for the run's recovery (docs/semantics.md
-    §16.5) the tree this host's files now are and the host the session was lost with, when
-    they are not that host's: materialised from the central store, or — a session never
-    replicated, its worktree not here — empty; else None."""
-    home = session.host
-    never_replicated = not session.replicated_snapshot
-    lost = never_replicated and replication.enabled() and rehome.worktree_missing(session)
-    plan = rehome.on_claim(session)
-    if plan is rehome.Plan.MATERIALIZE:
-        return session.replicated_snapshot, home
-    return (snapshots.EMPTY_TREE, home) if lost else None
+    §16.5) the tree this host's files are and the host the session was lost with, while they
+    are not that host's: materialised from the central store, or — a session never
+    replicated, its worktree not here — none (the empty tree). Noted on this host's disk
+    (``rehome.mark_lost``) until the recovery has said so; else None."""
+    if (
+        not session.replicated_snapshot
+        and replication.enabled()
+        and rehome.worktree_missing(session)
+    ):
+        rehome.mark_lost(session, snapshots.EMPTY_TREE)
+    rehome.on_claim(session)
+    return rehome.lost_mark(session)
 
 
 def _resolve(future: concurrent.futures.Future, value: Any, exc: BaseException | None = None):

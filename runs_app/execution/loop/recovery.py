@@ -12,6 +12,7 @@ import time
 from django.utils import timezone
 
 from realtime import events
+from sessions_app import rehome
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data, part_data
 
@@ -26,9 +27,20 @@ async def recover(ctx: RunContext, *, mode: str) -> None:
     """docs/semantics.md §1.5, on the last assistant message of the path: completed and error tools
     are kept; unfinished tools without side effects run again; with side effects they
     are interrupted (never run twice), and so is every unfinished tool after an
-    interrupt or a blocking error; an unfinished message is completed with an error."""
-    if ctx.materialized_tree:
-        lose_unreplicated(ctx)  # docs/semantics.md §16.5: before the open step is closed
+    interrupt or a blocking error; an unfinished message is completed with an error. First,
+    when this host's files are not the lost host's, the calls they lack
+    (docs/semantics.md §16.5)."""
+    if not ctx.materialized_tree:
+        await _recover(ctx, mode)
+        return
+    lose_unreplicated(ctx)  # docs/semantics.md §16.5: before the open step is closed
+    await _recover(ctx, mode)
+    if ctx.mode != Session.Checkpoint.RUNS:
+        await ctx.db(ctx.writer.flush)  # written before the host's note of it goes
+    await ctx.db(rehome.clear_lost_mark, ctx.session)
+
+
+async def _recover(ctx: RunContext, mode: str) -> None:
     last = next((m for m in reversed(ctx.history) if m.role == Message.Role.ASSISTANT), None)
     if last is None:
         ctx.recovered = True
