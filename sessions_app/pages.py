@@ -138,7 +138,33 @@ def shared(request: HttpRequest, token: str) -> HttpResponse:
         data = sharing.shared_data(share, before=request.GET.get("before") or None)
     except AppError as exc:
         return HttpResponse(exc.message, status=exc.status_code, content_type="text/plain")
-    return render(request, "app/shared.html", {"share": shown(data)})
+    return render(request, "app/shared.html", {"share": shown(bounded(data))})
+
+
+# The shared page lists this many files and changes (a big repository's whole list was a
+# page of megabytes); the rest is counted, and the API and a fork have them all.
+SHARED_PAGE_ROWS = 200
+PATCH_NAMES = 12  # as the chat's patch line (static/chat/parts.js)
+
+
+def bounded(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (sharing.shared_data) with its files, changes and each patch part's names cut
+    for a page, and how many each left out (``files_more``, ``diff_more``, ``more``: "2,988",
+    or "" when none was)."""
+
+    def left(count: int, shown: int) -> str:
+        return f"{count - shown:,}" if count > shown else ""
+
+    for key in ("files", "diff"):
+        rows = data[key]
+        data[key], data[f"{key}_more"] = rows[:SHARED_PAGE_ROWS], left(len(rows), SHARED_PAGE_ROWS)
+    for message in data["messages"]:
+        for part in message["parts"]:
+            if part["type"] == "patch":
+                names = part.get("files") or []
+                count = part.get("file_count", len(names))
+                part["files"], part["more"] = names[:PATCH_NAMES], left(count, PATCH_NAMES)
+    return data
 
 
 def shown(value: Any) -> Any:

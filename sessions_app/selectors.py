@@ -302,6 +302,8 @@ def part_data(part: Part, *, whole: bool = False) -> dict[str, Any]:
         data.update({key: field(value) for key, value in part.data.items()})
     if cut:
         data["truncated"] = True
+        if part.type == Part.Type.PATCH:
+            data["file_count"] = len((part.data or {}).get("files") or [])  # before the cut
     return data
 
 

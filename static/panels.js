@@ -19,6 +19,7 @@ function openViewer(id, title, fill) {
   v.name.textContent = title;
   fill(v.body);
   v.box.hidden = false;
+  v.box.scrollIntoView({ block: "nearest" }); // in the panel's view, not below its lists
 }
 
 export function closeViewers() {

@@ -68,7 +68,8 @@ function renderPartBody(p, role, reuse) {
   }
   if (p.type === "patch") {
     const files = p.files || [];
-    const more = files.length > 12 ? ` and ${(files.length - 12).toLocaleString()} more` : "";
+    const count = p.file_count ?? files.length; // the real number when the list was cut
+    const more = count > 12 ? ` and ${(count - 12).toLocaleString()} more` : "";
     return el("div", "patch", "changed: " + files.slice(0, 12).join(", ") + more);
   }
   return null;
