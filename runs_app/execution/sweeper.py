@@ -7,7 +7,8 @@ The run is enqueued to its session's home host's queue while that host is live, 
 default queue (``hosts.queue_for``): the run of a dead host goes to any live worker, which
 re-homes the session when it begins it (sessions_app/rehome.py ``on_claim``: the worktree from
 the central store). The idle sessions of dead hosts are re-homed by the same sweep
-(``rehome.sweep_dead``), so that their next work goes to a live host's queue."""
+(``rehome.sweep_dead``), so that their next work goes to a live host's queue, and their clones
+still to be made are sent again to a live host (``lost_clones.restart``)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from sessions_app import hosts, rehome
+from sessions_app import hosts, lost_clones, rehome
 from sessions_app.models import Session
 from sessions_app.services import verify
 from workspace import shared_checkouts
@@ -66,6 +67,9 @@ def sweep_once() -> None:
         moved = rehome.sweep_dead()  # the idle sessions of dead hosts, to live ones
         if moved:
             log.warning("re-homed sessions of dead hosts: %s", moved)
+        restarted = lost_clones.restart()  # their clones, sent again to the new home
+        if restarted:
+            log.warning("clones of dead hosts started again: %s", restarted)
     except Exception:
         log.exception("the re-homing of dead hosts' sessions failed")
     try:

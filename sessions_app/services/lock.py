@@ -256,6 +256,14 @@ def preparing_message(session: Session) -> str:
     return f"The session's repository is still being {doing}."
 
 
+def move_job(session_id: str, job: str, old: str, new: str, seconds: float) -> bool:
+    """A prepare job's hold, its home host dead, moved to host ``new`` with its lease renewed
+    for ``seconds``: only while the row is still ``old``'s and held by ``job`` (a
+    compare-and-set: a claim or a drain that moved it in between wins)."""
+    held = Session.objects.filter(id=session_id, host=old, busy_run_id=job)
+    return bool(held.update(host=new, lease_expires_at=timezone.now() + timedelta(seconds=seconds)))
+
+
 def held_by(session_id: str, job: str) -> bool:
     """Whether ``job`` still holds the session (not deleted, not taken over)."""
     return Session.objects.filter(id=session_id, busy_run_id=job).exists()
