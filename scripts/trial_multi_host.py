@@ -115,7 +115,7 @@ class Trial:
     def shot(self, stage: str, *, full: bool = False) -> None:
         self.n += 1
         path = self.shots / f"trial-{self.n}-{stage}.png"
-        png = self.page.screenshot(path=str(path), full_page=full)
+        png = self.page.screenshot(path=str(path), full_page=full, timeout=90_000)  # a busy machine
         print(f"  screenshot {path}")
         if self.docs is not None and stage in DOC_SHOTS:
             image = self.blank.evaluate(QUANTIZE, base64.b64encode(png).decode())
