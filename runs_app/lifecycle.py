@@ -305,10 +305,10 @@ def end_abandoned(
     of a run whose worker is gone. An ``error`` also ends the run's unfinished tool calls
     (interrupted, as after an abort) and its unfinished message, so that a resume does not
     call again what crashed every attempt; a cancelled run stays resumable as after any
-    cancel (docs/semantics.md §1.6). False when an execution holds the run (its lease is live): that
-    one stops at its next check."""
-    # What its open step did to the files, found before the row lock: git over a large
-    # worktree must not hold the session row, which every start and end in it waits for.
+    cancel (docs/semantics.md §1.6). False when a live execution holds it (it stops soon)."""
+    # Files this host lacks made first (docs/semantics.md §16.5); what the open step did to
+    # them found before the row lock (git must not hold the row every start and end needs).
+    lost = unfinished.claim_for_abandon(run.session)
     closing = unfinished.open_step_parts(run, run.session)
     with transaction.atomic():
         locked = lock.lock_session(run.session_id)
@@ -326,7 +326,7 @@ def end_abandoned(
         run.refresh_from_db()
         if not updated:
             return False
-        unfinished.close_open_step(run, locked, closing)
+        unfinished.close_open_step(run, locked, closing, lost=lost)
         if status == Run.Status.ERROR:
             unfinished.end_crashed_calls(run, error or {})
         if locked.busy_run_id == run.id:

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from runs_app import lifecycle
 from runs_app.execution import host as run_host
+from runs_app.execution import unfinished
 from runs_app.execution.control import RunControl
 from runs_app.execution.fencing import LeaseLost
 from runs_app.execution.host import run_agent
@@ -185,6 +186,33 @@ def test_a_claim_whose_worker_died_leaves_the_loss_to_the_next_one(
     assert rehome.lost_mark(session) is None
 
 
+def test_a_run_ended_as_crashed_on_the_new_host_says_what_was_lost(
+    api,
+    owner,
+    sid,
+    central,  # noqa: F811
+    settings,
+):
+    """The run had crashed at every attempt it was allowed: the host that takes it over ends
+    it (``lifecycle.end_abandoned``) instead of running it, on files it first makes from the
+    store, and the write whose change was on the lost host's disk says so (found by the
+    two-host chaos test: it stayed "completed" there, its file absent)."""
+    run, replicated = _alpha_dies_mid_step(api, owner, sid, settings)
+    Run.objects.filter(id=run.id).update(attempts=settings.RUN_MAX_ATTEMPTS)
+    _alpha_is_lost(sid, settings)
+    run_agent(run.id)
+    run.refresh_from_db()
+    assert run.status == "error" and run.error["type"] == "RunCrashed", run.error
+    assert _tools(run) == [("write", "error", LOST), ("read", "completed", None)]
+    step = Part.objects.get(message__run_id=run.id, call_id="call_0_0").message
+    finish = Part.objects.get(message=step, type="step-finish")
+    assert finish.data["snapshot"] == replicated and finish.data.get("interrupted")
+    assert not Part.objects.filter(message=step, type="patch").exists()
+    session = Session.objects.get(id=sid)
+    assert session.host == "beta" and _worktree_files(sid) == {"a.txt": b"A1"}
+    assert rehome.lost_mark(session) is None
+
+
 def test_a_session_never_replicated_loses_every_change_with_its_host(
     api,
     owner,
@@ -279,7 +307,7 @@ def test_lost_calls_are_those_after_the_materialised_snapshot():
         message(boundary("step-start", "t1"), closed, call("read"), boundary("step-finish", "t2")),
         message(boundary("step-start", "t2"), call("list"), open_, call("shell", "error")),
     ]
-    assert recovery.lost_calls(history, "t1") == [open_, closed]
-    assert recovery.lost_calls(history, "t2") == [open_]
-    assert recovery.lost_calls(history, "elsewhere") == [open_]
-    assert recovery.lost_calls(history[:2], "elsewhere") == []
+    assert unfinished.lost_calls(history, "t1") == [open_, closed]
+    assert unfinished.lost_calls(history, "t2") == [open_]
+    assert unfinished.lost_calls(history, "elsewhere") == [open_]
+    assert unfinished.lost_calls(history[:2], "elsewhere") == []

@@ -40,11 +40,10 @@ except ImportError:  # an optional speed-up
 
 from core import heap
 from core.logs import log_context
-from sessions_app import rehome
-from workspace import replication, sandbox, snapshots
+from workspace import sandbox
 
 from .. import lifecycle
-from . import runtime
+from . import runtime, unfinished
 from .control import RunControl
 from .keeper import LeaseKeeper
 from .loop import run as agent_loop
@@ -272,19 +271,9 @@ class RunHost:
 
 
 def _claim(session: Any) -> tuple[str, str] | None:
-    """(A database thread.) ``rehome.on_claim``, and for the run's recovery (docs/semantics.md
-    §16.5) the tree this host's files are and the host the session was lost with, while they
-    are not that host's: materialised from the central store, or — a session never
-    replicated, its worktree not here — none (the empty tree). Noted on this host's disk
-    (``rehome.mark_lost``) until the recovery has said so; else None."""
-    if (
-        not session.replicated_snapshot
-        and replication.enabled()
-        and rehome.worktree_missing(session)
-    ):
-        rehome.mark_lost(session, snapshots.EMPTY_TREE)
-    rehome.on_claim(session)
-    return rehome.lost_mark(session)
+    """(A database thread.) The session's files on this host, and what its recovery must say
+    of calls lost with its old home (``unfinished.claim_files``; docs/semantics.md §16.5)."""
+    return unfinished.claim_files(session)
 
 
 def _resolve(future: concurrent.futures.Future, value: Any, exc: BaseException | None = None):

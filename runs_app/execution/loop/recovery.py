@@ -17,6 +17,8 @@ from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import message_data, part_data
 
 from ...tools import TOOLS
+from .. import unfinished
+from ..unfinished import open_step
 from . import recorder, step_end, tool_calls
 from .context import RunContext
 from .errors import UNFINISHED, AwaitingApproval
@@ -118,12 +120,6 @@ async def settle_tools(ctx: RunContext, last: Message, mode: str) -> None:
             blocked = True
 
 
-LOST_WITH_HOST = (
-    "Lost with host {host} before its change was replicated: the files are as of the last"
-    " replicated step; run it again if it is still needed."
-)
-
-
 def lose_unreplicated(ctx: RunContext) -> None:
     """docs/semantics.md §16.5: this claim materialised the worktree from the central store
     (``ctx.materialized_tree``): each completed call that may change files and ran after that
@@ -131,50 +127,13 @@ def lose_unreplicated(ctx: RunContext) -> None:
     error that says so, written like every row of the run (buffered, fenced by its epoch at
     the next checkpoint), so the model reads it on its next step and the chat shows it.
     Once per execution."""
-    tree, host = ctx.materialized_tree, ctx.lost_host or "its earlier host"
+    tree, host = ctx.materialized_tree, ctx.lost_host
     ctx.materialized_tree = ""
     now = time.time()
-    for part in lost_calls(ctx.history, tree):
-        state = dict(part.state or {})
-        state.update(
-            status="error",
-            error=LOST_WITH_HOST.format(host=host),
-            metadata={**(state.get("metadata") or {}), "lost_with_host": host},
-        )
-        state.setdefault("time", {}).setdefault("end", now)
-        part.state = state
+    for part in unfinished.lost_calls(ctx.history, tree):
+        part.state = unfinished.lost_state(part, host, now)
         ctx.writer.touch(part, "state")
         recorder.emit(ctx, events.PART_UPDATED, part=part_data(part))
-
-
-def lost_calls(history: list[Message], tree: str) -> list[Part]:
-    """The completed tool calls of ``history`` that may change files (``side_effects``) and
-    come after the last step boundary whose snapshot is ``tree``: their changes are not in
-    it. When no boundary of the path has that snapshot (the files were moved apart from the
-    conversation), only the calls of a step left open, which no snapshot holds."""
-    found: list[Part] = []
-    for message in reversed(history):
-        if message.role != Message.Role.ASSISTANT:
-            continue
-        for part in reversed(message.loaded_parts):
-            if part.type in (Part.Type.STEP_START, Part.Type.STEP_FINISH):
-                if (part.data or {}).get("snapshot") == tree:
-                    return found
-            elif part.type == Part.Type.TOOL and _changes_files(part):
-                found.append(part)
-    last = next((m for m in reversed(history) if m.role == Message.Role.ASSISTANT), None)
-    if last is None or open_step(last) is None:
-        return []
-    starts = [i for i, p in enumerate(last.loaded_parts) if p.type == Part.Type.STEP_START]
-    lost = {id(p) for p in found}
-    return [p for p in last.loaded_parts[starts[-1] :] if id(p) in lost]
-
-
-def _changes_files(part: Part) -> bool:
-    """A completed call of a tool that may change files (a read, a list, a wait do not)."""
-    tool = TOOLS.get(part.tool)
-    completed = (part.state or {}).get("status") == "completed"
-    return completed and (tool is None or tool.side_effects)
 
 
 def complete_unfinished(ctx: RunContext, last: Message, mode: str) -> None:
@@ -227,17 +186,3 @@ def parked_step(message: Message) -> tuple[int, str] | None:
     ):
         return None
     return open_step(message)
-
-
-def open_step(message: Message) -> tuple[int, str] | None:
-    """(step index, snapshot before it) of an assistant message whose step has not ended
-    (a ``step-start``, no ``step-finish``); else None."""
-    parts = message.loaded_parts
-    # The last step's: a continued answer holds a step per model call (docs/semantics.md §1.12).
-    starts = [i for i, p in enumerate(parts) if p.type == Part.Type.STEP_START]
-    if not starts or any(p.type == Part.Type.STEP_FINISH for p in parts[starts[-1] :]):
-        return None
-    start = parts[starts[-1]]
-    if not (start.data or {}).get("snapshot"):
-        return None
-    return int(start.data.get("step") or 0), start.data["snapshot"]
