@@ -54,3 +54,31 @@ def test_a_calls_apply_stands_apart_from_its_text(page, server):  # noqa: ANN001
     # What it did, under the call rather than after the button.
     assert note.bounding_box()["y"] >= row.locator(".apply-step").bounding_box()["y"] + 10
     page.screenshot(path="/tmp/compare-apply-gap.png")
+
+
+def test_no_file_differs_ends_the_dialog_with_room_under_it(page, server):  # noqa: ANN001
+    """Two answers that changed the same files: the dialog said "No file differs." over an
+    empty list's border, flush with its bottom edge, as if cut."""
+    credentials = {"username": "demo", "password": "demo-password"}
+    token = api(server, "POST", "/api/auth/token/", credentials)["token"]
+    sid = api(server, "POST", "/api/sessions/", {"title": "same"}, token)["id"]
+    body = {"messages": [{"role": "user", "content": "write a.txt one\nsay same"}], "wait": True}
+    run = api(server, "POST", f"/api/sessions/{sid}/runs/", body, token)
+    again = {"replace_original": False, "wait": True}
+    api(server, "POST", f"/api/runs/{run['id']}/regenerate/", again, token)
+
+    login(page, server)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{server.url}/sessions/{sid}/")
+    wait_idle(page)
+    branched = page.locator("#messages .msg", has=page.locator(".branches")).last
+    branched.click(position={"x": 5, "y": 5})
+    branched.get_by_role("button", name="Compare the branches").click()
+    files = page.locator("#compare .compare-files")
+    files.wait_for()
+    assert files.locator("h3").inner_text() == "No file differs."
+    assert not files.locator(".compare-file-list").is_visible()
+    dialog = page.locator("#compare").bounding_box()
+    box = files.bounding_box()
+    assert dialog["y"] + dialog["height"] - (box["y"] + box["height"]) >= 8, (dialog, box)
+    page.screenshot(path="/tmp/compare-no-file-differs.png")
