@@ -13,6 +13,7 @@ async function show(path) {
   const res = await fetch(`/api/shared/${token}/files/${path.split("/").map(encodeURIComponent).join("/")}`, { credentials: "same-origin" });
   view.textContent = res.ok ? await res.text() : "This file cannot be shown.";
   view.hidden = false;
+  view.scrollIntoView({ block: "nearest" }); // under the file list, in view
 }
 
 for (const button of document.querySelectorAll("#files button[data-path]")) {

@@ -95,3 +95,11 @@ def test_thousands_of_files_in_the_chat_and_on_the_shared_page(page, server):  #
     assert len(html.body()) < 100_000, len(html.body())  # 1.4 MB for a big repository before
     assert f"and {COUNT - 200:,} more files" in body
     assert f"and {COUNT - 12:,} more" in body  # the first message's line, cut at 12 names
+    # The file opened on the shared page shows in view, not under the listed rows.
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{server.url}{shared.json()['url']}")
+    page.locator("#files button[data-path]", has_text="file_00005.py").click()
+    page.wait_for_function("() => document.getElementById('file-view').textContent === 'X = 5\\n'")
+    view = page.locator("#file-view").bounding_box()
+    assert view["y"] >= 0 and view["y"] + view["height"] <= 800, view
+    page.screenshot(path="/tmp/many-files-shared.png")
