@@ -213,6 +213,33 @@ def test_a_run_ended_as_crashed_on_the_new_host_says_what_was_lost(
     assert rehome.lost_mark(session) is None
 
 
+@pytest.mark.parametrize("store", [True, False], ids=["central-store", "shared-volume"])
+def test_an_idle_session_moved_off_a_dead_host_says_what_was_lost_at_once(
+    api,
+    owner,
+    sid,
+    central,  # noqa: F811
+    settings,
+    store,
+):
+    """Its run had ended (in error) before its step's snapshot reached the store, then its
+    host died: the sweep that moves the session says which calls were lost, without waiting
+    for a next run that may never come (found by the two-host chaos test). On a shared
+    volume nothing was lost and nothing is said."""
+    run, _ = _alpha_dies_mid_step(api, owner, sid, settings)
+    Run.objects.filter(id=run.id).update(status="error")
+    Session.objects.filter(id=sid).update(busy_run_id=None, lease_expires_at=None)
+    _alpha_is_lost(sid, settings)
+    Host.objects.create(name="beta", last_heartbeat=timezone.now(), started_at=timezone.now())
+    if not store:
+        settings.SNAPSHOT_REMOTE = ""
+    moved = rehome.sweep_dead()
+    assert moved == [(sid, "alpha", "beta")]
+    assert unfinished.lose_moved(moved) == (1 if store else 0)
+    expected = ("write", "error", LOST) if store else ("write", "completed", None)
+    assert _tools(run) == [expected, ("read", "completed", None)]
+
+
 def test_a_session_never_replicated_loses_every_change_with_its_host(
     api,
     owner,

@@ -28,7 +28,7 @@ from workspace import shared_checkouts
 
 from .. import lifecycle
 from ..models import Run
-from . import runtime
+from . import runtime, unfinished
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,9 @@ def sweep_once() -> None:
         moved = rehome.sweep_dead()  # the idle sessions of dead hosts, to live ones
         if moved:
             log.warning("re-homed sessions of dead hosts: %s", moved)
+            lost = unfinished.lose_moved(moved)  # docs/semantics.md §16.5
+            if lost:
+                log.warning("%d tool call(s) lost with dead hosts' disks", lost)
         restarted = lost_clones.restart()  # their clones, sent again to the new home
         if restarted:
             log.warning("clones of dead hosts started again: %s", restarted)

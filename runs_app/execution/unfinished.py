@@ -20,6 +20,7 @@ from realtime import events
 from sessions_app import rehome
 from sessions_app.models import Message, Part, Session
 from sessions_app.selectors import active_path, part_data
+from sessions_app.services import lock
 from workspace import replication, snapshots
 
 from ..models import Run
@@ -228,6 +229,30 @@ def lose_on_abandon(locked: Session, lost: tuple[str, str]) -> None:
         Part.objects.filter(id=part.id).update(state=part.state)
         events.publish_on_commit(locked.id, events.PART_UPDATED, part=part_data(part))
     transaction.on_commit(lambda: rehome.clear_lost_mark(locked))
+
+
+def lose_moved(moved: list[tuple[str, str, str]]) -> int:
+    """The sweep moved these idle sessions (session, dead home, new home) off dead hosts
+    (``rehome.sweep_dead``): with a central store, their files will be made from it, so a
+    call whose change only the dead host's disk held (a run that ended, in error, before its
+    step's snapshot reached the store) is said to be lost now, not at the session's next run
+    — which may never come. On a shared volume nothing was lost. How many calls."""
+    if not replication.enabled():
+        return 0
+    count = 0
+    now = time.time()
+    for sid, old, _ in moved:
+        with transaction.atomic():
+            locked = lock.lock_session(sid)
+            if locked.busy_run_id:
+                continue  # its run's recovery says it (``claim_files``)
+            tree = locked.replicated_snapshot or snapshots.EMPTY_TREE
+            for part in lost_calls(active_path(locked), tree):
+                part.state = lost_state(part, old, now)
+                Part.objects.filter(id=part.id).update(state=part.state)
+                events.publish_on_commit(sid, events.PART_UPDATED, part=part_data(part))
+                count += 1
+    return count
 
 
 def open_step(message: Message) -> tuple[int, str] | None:
