@@ -89,6 +89,9 @@ class PatchPartOut(PartBase):
 
     snapshot = serializers.CharField()
     files = serializers.ListField(child=serializers.CharField())
+    file_count = serializers.IntegerField(
+        required=False, help_text="With truncated: how many files the whole list names."
+    )
 
 
 class FilePartOut(PartBase):
