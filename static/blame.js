@@ -8,7 +8,7 @@ import { api, call, showError } from "./chat/api.js";
 import { el } from "./chat/dom.js";
 
 function label(run) {
-  if (!run.message_id) return "before the session";
+  if (!run.message_id) return "start"; // short: a quarter of a narrow viewer (the title says it whole)
   return `turn ${run.turn ?? "?"}`;
 }
 

@@ -62,6 +62,10 @@ def _viewer_in_view(page, width: int) -> None:  # noqa: ANN001
     )
     box = page.locator("#file-view").bounding_box()
     height = page.viewport_size["height"]
+    # An uploaded line's gutter says so in full (it read "before th…" in a quarter's width).
+    gutter = page.locator("#file-view .blame-gutter").first
+    cut = gutter.evaluate("(g) => g.scrollWidth > g.clientWidth + 1")
+    assert not cut, gutter.get_attribute("data-label")
     assert box["y"] >= 0 and box["y"] + 40 <= height, (box, height)
 
 
