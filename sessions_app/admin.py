@@ -337,12 +337,16 @@ class SessionAdmin(OwnedAdmin):
     def cleanup_action(self, request: HttpRequest, queryset) -> None:  # noqa: ANN001
         self._each(request, queryset, "cleanup", "Cleaned up")
 
-    def _each(self, request: HttpRequest, queryset, call: str, verb: str) -> None:  # noqa: ANN001
+    def _each(self, request: HttpRequest, queryset, service, verb: str) -> None:  # noqa: ANN001
+        """``service(session=…, user=…)`` on each session; a str names a host call (done on
+        the session's home host when this process holds no worktree: ``host_calls``)."""
         done = 0
         for session in queryset:
             try:
-                # On the session's home host when this process holds no worktree.
-                host_calls.call(call, session=session, user=request.user)
+                if isinstance(service, str):
+                    host_calls.call(service, session=session, user=request.user)
+                else:
+                    service(session=session, user=request.user)  # noqa: B023
                 done += 1
             except AppError as exc:
                 self.message_user(request, f"{session.id}: {exc.message}", messages.ERROR)

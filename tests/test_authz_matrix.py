@@ -54,6 +54,7 @@ PAGES = {
     "invite/<str:token>/": "public",  # an invitation link: the token is the credential
     "password/": "page-login",
     "credentials/": "page-login",  # the caller's own credentials
+    "usage/": "page-login",  # the caller's own usage and quotas
     "metrics": "metrics-token",  # 404 unless METRICS_TOKEN is set; then its bearer only
 }
 SKIPPED = ("admin/", "^static/")  # the admin has its own tests (test_admin*.py)
