@@ -79,6 +79,7 @@ def web(cluster: Cluster, settings, tmp_path) -> Path:  # noqa: ANN001
     ``WORKSPACE_ROOT``, which nothing may make."""
     settings.HOLDS_WORKTREES = False
     settings.WORKSPACE_ROOT = tmp_path / "web"
+    settings.MIRROR_ROOT = tmp_path / "mirror"  # the web's own, not the project's var/
     settings.RUN_EXECUTOR = "celery"
     settings.RUN_LEASE_SECONDS = LEASE
     settings.CELERY_TASK_DEFAULT_QUEUE = cluster.queue

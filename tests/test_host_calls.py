@@ -85,6 +85,7 @@ def web(cluster: Cluster, settings, tmp_path) -> Path:  # noqa: ANN001
     """This process as the web of the deployment: no worktree, its runs sent to the hosts."""
     settings.HOLDS_WORKTREES = False
     settings.WORKSPACE_ROOT = tmp_path / "web-root"
+    settings.MIRROR_ROOT = tmp_path / "mirror"  # the web's own, not the project's var/
     settings.RUN_EXECUTOR = "celery"
     settings.CELERY_TASK_DEFAULT_QUEUE = cluster.queue
     settings.RUN_LEASE_SECONDS = LEASE
