@@ -80,7 +80,13 @@ function toolLabel(p) {
   // longer busy was stopped (Stop, a crash): it says so, not "running" beside an idle badge.
   const s = p.state || {};
   const meta = s.metadata || {};
-  if (meta.interrupted) return { label: `interrupted (${meta.reason || "?"})`, cls: "stopped" };
+  if (meta.lost_with_host) return { label: `lost with host ${meta.lost_with_host}`, cls: "stopped" };
+  if (meta.interrupted) {
+    // The recovery's reasons in words (docs/semantics.md §1.5): a call whose worker stopped
+    // under it is never run again; one after it in its step is not run at all.
+    const words = { resume: "its worker stopped; not run again", blocked: "not run: an earlier call was interrupted" };
+    return { label: `interrupted (${words[meta.reason] || meta.reason || "?"})`, cls: "stopped" };
+  }
   const live = currentStatus() === "busy" || currentStatus() === "waiting";
   if (!live && (s.status === "running" || (s.status === "pending" && s.approval?.status !== "requested"))) {
     return { label: "stopped", cls: "stopped" };
