@@ -90,6 +90,27 @@ def with_session_counts(hosts: QuerySet[Host]) -> QuerySet[Host]:
     return hosts.annotate(n_sessions=Coalesce(Subquery(homed), 0))
 
 
+class Spread:
+    """Where the sessions of dead hosts go, one by one: the live, non-draining host with the
+    fewest sessions, counting those already sent (ties by name)."""
+
+    def __init__(self) -> None:
+        counted = with_session_counts(live_hosts().filter(draining=False))
+        self.counts = {h.name: h.n_sessions for h in counted}
+
+    def next(self) -> str:
+        return min(self.counts, key=lambda name: (self.counts[name], name))
+
+    def took(self, name: str) -> None:
+        self.counts[name] += 1
+
+
+def on_dead_hosts(sessions: QuerySet[Session]) -> QuerySet[Session]:
+    """``sessions`` homed on a host that is not live (a blank home is none: not moved)."""
+    live = live_hosts().values_list("name", flat=True)
+    return sessions.exclude(host="").exclude(host__in=live).order_by("id")
+
+
 def place() -> str:
     """The home of a new session, in one query: the live host with the fewest sessions (ties
     by name), or blank — any host — when none is live (embedded tests, a deployment before

@@ -27,26 +27,19 @@ BATCH = 200  # lost clones sent again by one sweep, at most
 
 def restart(limit: int = BATCH) -> list[tuple[str, str, str]]:
     """Send the clones of dead hosts' sessions to live hosts: [(session, old, new)]."""
-    targets = {
-        h.name: h.n_sessions
-        for h in hosts.with_session_counts(hosts.live_hosts().filter(draining=False))
-    }
-    if not targets:
+    spread = hosts.Spread()
+    if not spread.counts:
         return []
-    live = hosts.live_hosts().values_list("name", flat=True)
-    lost = (
-        Session.objects.filter(status=Session.Status.PREPARING, busy_run_id__startswith="prep_")
-        .filter(forked_from_session__isnull=True, source__has_key="url")
-        .exclude(host="")
-        .exclude(host__in=live)
-        .order_by("id")
-        .values_list("id", "host", "busy_run_id")[:limit]
-    )
+    lost = hosts.on_dead_hosts(
+        Session.objects.filter(
+            status=Session.Status.PREPARING, busy_run_id__startswith="prep_"
+        ).filter(forked_from_session__isnull=True, source__has_key="url")
+    ).values_list("id", "host", "busy_run_id")[:limit]
     restarted = []
     for sid, old, job in lost:
-        target = min(targets, key=lambda name: (targets[name], name))
+        target = spread.next()
         if lock.move_job(sid, job, old, target, settings.REPO_CLONE_TIMEOUT + 120):
-            targets[target] += 1
+            spread.took(target)
             jobs.enqueue_prepare(sid, job)
             restarted.append((sid, old, target))
     return restarted

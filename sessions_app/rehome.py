@@ -231,25 +231,15 @@ def _least_loaded(exclude: str) -> str:
 def sweep_dead(limit: int = SWEEP_BATCH) -> list[tuple[str, str, str]]:
     """Move idle sessions of dead hosts to live, non-draining hosts, the fewest sessions
     first (see the module's docstring): [(session, old home, new home)]."""
-    targets = {
-        h.name: h.n_sessions
-        for h in hosts.with_session_counts(hosts.live_hosts().filter(draining=False))
-    }
-    if not targets:
+    spread = hosts.Spread()
+    if not spread.counts:
         return []
-    live = hosts.live_hosts().values_list("name", flat=True)
-    orphans = (
-        Session.objects.filter(busy_run_id__isnull=True)
-        .exclude(host="")
-        .exclude(host__in=live)
-        .order_by("id")
-        .values_list("id", "host")[:limit]
-    )
+    orphans = hosts.on_dead_hosts(Session.objects.filter(busy_run_id__isnull=True))
     moved = []
-    for sid, old in orphans:
-        target = min(targets, key=lambda name: (targets[name], name))
+    for sid, old in orphans.values_list("id", "host")[:limit]:
+        target = spread.next()
         idle = Session.objects.filter(id=sid, host=old, busy_run_id__isnull=True)
         if idle.update(host=target):
-            targets[target] += 1
+            spread.took(target)
             moved.append((sid, old, target))
     return moved
