@@ -11,6 +11,8 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django import forms
+from django.conf import settings
 from django.db.models import Case, CharField, Count, F, Q, QuerySet, Sum, Value, When
 from django.db.models.functions import Coalesce, TruncDate
 
@@ -138,3 +140,24 @@ def csv_chunk(
     found = list(calls.order_by("created_at", "id").values_list("id", *CSV_FIELDS)[:size])
     rows = [(row[1].astimezone(UTC).isoformat(), *row[2:]) for row in found]
     return rows, (found[-1][1], found[-1][0]) if found else None
+
+
+def today() -> date:
+    return datetime.now(UTC).date()
+
+
+def date_range(
+    data: dict[str, Any], default_days: int, names: str = "from / to"
+) -> tuple[date, date]:
+    """The days a usage form's ``from`` and ``to`` name (both included; by default the last
+    ``default_days`` to today), at most ``USAGE_API_MAX_DAYS`` of them; ``names``: how the
+    form labels the two, for the error."""
+    end = data.get("to") or today()
+    start = data.get("from") or end - timedelta(days=default_days - 1)
+    first, last = names.split(" / ")
+    if start > end:
+        raise forms.ValidationError(f"{first} must not be after {last}.")
+    days = settings.USAGE_API_MAX_DAYS
+    if (end - start).days + 1 > days:
+        raise forms.ValidationError(f"The range may span at most {days:,} days.")
+    return start, end

@@ -13,9 +13,9 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
-from django.conf import settings
 
 from . import charts
+from .dashboard import date_range, today
 
 DEFAULT_DAYS = 30  # as the admin's dashboard
 TOKEN_SERIES = ("input", "output")
@@ -63,19 +63,8 @@ class RangeForm(forms.Form):
         }
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
-        end = data.get("to") or today()
-        start = data.get("from") or end - timedelta(days=DEFAULT_DAYS - 1)
-        if start > end:
-            raise forms.ValidationError("From must not be after To.")
-        days = settings.USAGE_API_MAX_DAYS
-        if (end - start).days + 1 > days:
-            raise forms.ValidationError(f"The range may span at most {days:,} days.")
+        start, end = date_range(super().clean(), DEFAULT_DAYS, "From / To")
         return {"from": start, "to": end}
-
-
-def today() -> date:
-    return datetime.now(UTC).date()
 
 
 @dataclass(frozen=True)

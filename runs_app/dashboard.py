@@ -18,7 +18,6 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django import forms
-from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth.models import Group
 from django.db.models import QuerySet
@@ -69,18 +68,8 @@ class UsageFilter(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
-        end = data.get("to") or today()
-        start = data.get("from") or end - timedelta(days=DEFAULT_DAYS - 1)
-        if start > end:
-            raise forms.ValidationError("from must not be after to.")
-        days = settings.USAGE_API_MAX_DAYS
-        if (end - start).days + 1 > days:
-            raise forms.ValidationError(f"The range may span at most {days:,} days.")
+        start, end = usage.date_range(data, DEFAULT_DAYS)
         return {**data, "from": start, "to": end, "stack": data.get("stack") or "model"}
-
-
-def today() -> date:
-    return datetime.now(UTC).date()
 
 
 @dataclass(frozen=True)
@@ -111,7 +100,7 @@ def read_filter(request: HttpRequest) -> tuple[UsageFilter, Window]:
         form.data = form.data.copy()  # the form shows the dates counted, defaults too
         form.data["from"], form.data["to"] = data["from"].isoformat(), data["to"].isoformat()
         return form, Window(data["from"], data["to"], data["group"], data["stack"])
-    end = today()
+    end = usage.today()
     return form, Window(end - timedelta(days=DEFAULT_DAYS - 1), end)
 
 
