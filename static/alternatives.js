@@ -156,14 +156,20 @@ function column(id, number) {
       done(ev.run.status);
     }
   };
-  ws.onopen = async () => {
-    // A fast run may have ended before the socket opened: ask once.
+  const check = async () => {
+    // A fast run may have ended before the socket opened, and an event may be lost on the
+    // way (a loaded or restarting Redis: seen in CI, the column stayed "running"): ask when
+    // the socket opens, then every few seconds until the run's end is known.
+    if (ended || ws.readyState === WebSocket.CLOSED) return;
     const session = await call("GET", `/api/sessions/${id}/`).catch(() => null);
     if (session && session.status === "idle" && !ended) {
       ended = true;
       done("completed");
+      return;
     }
+    setTimeout(check, 3000);
   };
+  ws.onopen = check;
   return col;
 }
 

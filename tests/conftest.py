@@ -15,6 +15,7 @@ from django.test import TransactionTestCase
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from runs_app.execution import runtime
 from runs_app.execution.host import host
 from runs_app.models import Run
 from runs_app.services.runs import start_run
@@ -96,6 +97,15 @@ def _runs_settled(_django_db_marker) -> Iterator[None]:
     yield
     if not host.settle(timeout=20):
         pytest.fail(f"{host.hosted} run(s) of this test were still going 20 s after it ended")
+
+
+@pytest.fixture(autouse=True)
+def _not_leaving() -> Iterator[None]:
+    """A test that drains this process (``runtime.leaving``: its runs go to the default queue
+    from then on) leaves the next one a process that is not leaving (found in CI: a drain
+    test's leaving made a later test's routed enqueue go to the default queue)."""
+    yield
+    runtime._leaving.clear()
 
 
 @pytest.fixture(autouse=True)

@@ -123,7 +123,9 @@ def _story(page, server) -> None:
         " && document.querySelector('#file-view .blame-gutter')"
     )
     (start, label, message_id) = page.evaluate(GUTTERS)[0]
-    assert label.endswith("· append")
+    assert label.startswith("turn ")  # the turn, as the chat counts them (issue 46, 12)
+    said = page.locator("#file-view .blame-gutter").first.get_attribute("aria-label")
+    assert said.endswith("append"), said  # and its tool, said in words
     # The kept alternative's turn, now a branch of this session: its message is here.
     assert page.locator(f'.msg[data-message-id="{message_id}"]').count() == 1
     page.screenshot(path=str(SHOTS / "branch-story-blame.png"))

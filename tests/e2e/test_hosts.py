@@ -161,15 +161,16 @@ def test_a_stopping_host_hands_its_runs_to_another_host_at_once(procs, tmp_path,
     )
     alpha = procs.worker({**env, "WORKER_HOST": "alpha"}, tmp_path)
     try:
-        wait_until(lambda: live() == {"alpha"}, 60, "alpha to beat", every=0.2)
+        # Both hosts up before the run starts (a tie goes to alpha by name): on a loaded
+        # machine beta's start took longer than the run, which then ended on alpha (CI).
+        procs.worker({**env, "WORKER_HOST": "beta"}, tmp_path)
+        wait_until(lambda: live() == {"alpha", "beta"}, 60, "both hosts to beat", every=0.2)
         sid = http.post("/api/sessions/", json={"title": "t"}).json()["id"]
         assert Session.objects.get(id=sid).host == "alpha"
         script = "append long.txt x\npace 50\nsay " + " ".join(f"w{i}" for i in range(120))
         run_id = http.post(f"/api/sessions/{sid}/runs/", json={"messages": [{"content": script}]})
         run_id = run_id.json()["id"]
         wait_until(lambda: Run.objects.get(id=run_id).host == "alpha", 30, "alpha to run it")
-        procs.worker({**env, "WORKER_HOST": "beta"}, tmp_path)
-        wait_until(lambda: live() == {"alpha", "beta"}, 60, "beta to beat", every=0.2)
         asked = time.monotonic()
         os.killpg(alpha.pid, signal.SIGTERM)
         alpha.wait(30)

@@ -80,7 +80,10 @@ def test_a_stopping_worker_lets_short_runs_end_and_hands_long_ones_on_at_once(pr
         sid = runs["long"][0]
         assert (tmp_path / "ws" / sid / "long.txt").read_text() == "x\n", "its tool ran once"
         messages = http.get(f"/api/sessions/{sid}/messages/").json()["results"]
-        assert messages[-1]["parts"][-2]["text"].endswith("w119")
+        # The answer goes on in its message where the stopped one left it (docs/semantics.md
+        # §1.12): the whole text, once.
+        text = "".join(p.get("text", "") for p in messages[-1]["parts"] if p["type"] == "text")
+        assert text.endswith("w119") and text.count("w0 ") == 1, text
         assert http.get(f"/api/sessions/{sid}/").json()["status"] == "idle"
     except Exception:
         print(procs.logs())

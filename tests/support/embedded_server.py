@@ -61,7 +61,9 @@ class EmbeddedServer:
             timeout=120,
         )
 
-    def start(self, timeout: float = 30.0) -> EmbeddedServer:
+    def start(self, timeout: float = 90.0) -> EmbeddedServer:
+        # About 5 s on a quiet machine; the first start of a CI run, beside every other
+        # process of the suite, once took more than 30 s.
         # Migrated, with the demo user: a copy of the suite's template (db_templates.py).
         database = self.env["DATABASE_URL"].removeprefix("sqlite:///")
         db_templates.create_sqlite(Path(database), self.env)
