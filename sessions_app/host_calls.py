@@ -199,7 +199,11 @@ def _raise_reply(reply: dict[str, Any]) -> None:
         raise exc
     if error["kind"] == "worktree":
         raise snapshots.SnapshotError(error["message"])
-    raise RuntimeError(f"The session's host failed the call: {error['message']}")
+    # A failure of the host's own (logged there with its traceback): a JSON 503 here, never
+    # an HTML 500; what the host did before it failed is what its transaction kept.
+    raise HostUnavailable(
+        f"The session's host failed this call ({error['message']}); its log says why."
+    )
 
 
 # -- on the host (sessions_app/tasks.py) -------------------------------------------------------

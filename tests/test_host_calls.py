@@ -449,6 +449,24 @@ def test_a_service_s_json_answer_comes_back_with_the_reply(api, monkeypatch, set
     assert reply == {"ok": True, "result": {"session": sid, "x": 2}}
 
 
+def test_a_host_s_own_failure_is_a_json_503_not_a_500(api, monkeypatch):
+    """A service that raises something no error of the API names, on the host: its reply
+    says so and the web answers a JSON 503 (it was a RuntimeError, a 500 page)."""
+    sid = new_session(api)
+
+    def broken(*, session: Session, user=None) -> Session:  # noqa: ANN001, ARG001
+        raise KeyError("a bug on the host")
+
+    monkeypatch.setitem(host_calls.CALLS, "broken", (broken, frozenset()))
+    call_id = uuid.uuid4().hex
+    payload = {"id": call_id, "name": "broken", "session": sid, "user": None, "kwargs": {}}
+    reply = host_calls._run({**payload, "deadline": time.time() + 60})
+    assert reply == {"error": {"kind": "server", "message": "KeyError"}}
+    with pytest.raises(host_calls.HostUnavailable) as raised:
+        host_calls._raise_reply(reply)
+    assert raised.value.status_code == 503 and "KeyError" in raised.value.message
+
+
 def test_apply_of_a_fork_s_call_on_another_host_and_the_admin_s_moves(cluster, web, api, owner):
     """An apply (its source a fork on the other host: its trees fetched from the central
     store) and the admin's revert preview, revert and unrevert are done on the home host."""
