@@ -1107,6 +1107,10 @@ class Chaos:
         weights = [self.cfg.fault_weights[k] for k in kinds]
         followups: list[tuple[float, str, Callable[[], None]]] = []
         next_fault = time.monotonic() + rng.uniform(*self.cfg.fault_every)
+        # With several hosts, one is lost for sure: past the faults' half, while none was, a
+        # host kill is what comes next (a draw of 16 faults once held none: CI).
+        halfway = time.monotonic() + (deadline - time.monotonic()) / 2
+        owed = self.stack.pool is not None and "kill_host" in kinds
         while True:
             now = time.monotonic()
             self._supervise(followups)
@@ -1121,6 +1125,8 @@ class Chaos:
                 break
             if now >= next_fault:
                 kind = rng.choices(kinds, weights)[0]
+                if owed and now >= halfway and not self.report.faults["kill_host"]:
+                    kind = "kill_host"
                 try:
                     self._fault(kind, rng, followups)
                 except Exception as exc:
