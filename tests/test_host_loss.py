@@ -240,6 +240,30 @@ def test_an_idle_session_moved_off_a_dead_host_says_what_was_lost_at_once(
     assert _tools(run) == [expected, ("read", "completed", None)]
 
 
+def test_a_pending_revert_is_not_a_loss(api, owner, sid, central, settings):  # noqa: F811
+    """The calls after a pending revert's boundary are out of the files by the revert (which
+    replicated them), not lost: the sweep that moves the session says nothing of them."""
+    run_turn(api, sid, "write a.txt one")
+    run_turn(api, sid, "write b.txt two")
+    second = Message.objects.filter(session_id=sid, role="user").order_by("id")[1]
+    assert (
+        api.post(
+            f"/api/sessions/{sid}/revert/", {"message_id": second.id}, format="json"
+        ).status_code
+        == 200
+    )
+    Host.objects.create(
+        name="dead", last_heartbeat=timezone.now() - timedelta(hours=1), started_at=timezone.now()
+    )
+    Host.objects.create(name="beta", last_heartbeat=timezone.now(), started_at=timezone.now())
+    Session.objects.filter(id=sid).update(host="dead")
+    moved = rehome.sweep_dead()
+    assert moved == [(sid, "dead", "beta")]
+    assert unfinished.lose_moved(moved) == 0
+    statuses = [p.state["status"] for p in Part.objects.filter(session_id=sid, type="tool")]
+    assert statuses == ["completed", "completed"]
+
+
 def test_a_session_never_replicated_loses_every_change_with_its_host(
     api,
     owner,

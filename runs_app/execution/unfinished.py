@@ -246,6 +246,10 @@ def lose_moved(moved: list[tuple[str, str, str]]) -> int:
             locked = lock.lock_session(sid)
             if locked.busy_run_id:
                 continue  # its run's recovery says it (``claim_files``)
+            if locked.revert:
+                # A pending revert's files were replicated by the revert itself, and the calls
+                # after its boundary are out of the files by the revert, not lost.
+                continue
             tree = locked.replicated_snapshot or snapshots.EMPTY_TREE
             for part in lost_calls(active_path(locked), tree):
                 part.state = lost_state(part, old, now)
