@@ -84,37 +84,32 @@ def push(
     deadline passed). ``parent``: the new commit's parent when it is not ``expected`` (an
     import's first push: a chain made locally, on a ref the remote does not have yet)."""
     new = commit(snap, tree, expected if parent is None else parent)
+    _push_ref(snap, session_id, expected, new, "The snapshot push")
+    return new
+
+
+def _push_ref(snap: Snapshots, session_id: str, expected: str, source: str, what: str) -> None:
+    """The session's ref set to ``source`` ("" deletes it) if the remote's is ``expected``:
+    ``ReplicationRejected`` when it is elsewhere, ``ReplicationError`` for anything else."""
     name = ref(session_id)
     result = _git(
         snap,
         ["push", "--porcelain", "--no-verify", f"--force-with-lease={name}:{expected}"],
-        f"{new}:{name}",
+        f"{source}:{name}",
     )
     if result.code != 0:
         text = f"{result.stdout}\n{result.stderr}"
-        sentence = repos.failure_sentence(result, "The snapshot push")
+        sentence = repos.failure_sentence(result, what)
         if "[rejected]" in text or "stale info" in text or "fetch first" in text:
             raise ReplicationRejected(sentence)
         raise ReplicationError(sentence)
-    return new
 
 
 def delete(snap: Snapshots, session_id: str, expected: str) -> None:
     """Delete the session's ref in the central store (the session was deleted), if it still
     names ``expected`` (``--force-with-lease``: a ref moved by a push from elsewhere is
     refused, ``ReplicationRejected``, and kept)."""
-    name = ref(session_id)
-    result = _git(
-        snap,
-        ["push", "--porcelain", "--no-verify", f"--force-with-lease={name}:{expected}"],
-        f":{name}",
-    )
-    if result.code != 0:
-        text = f"{result.stdout}\n{result.stderr}"
-        sentence = repos.failure_sentence(result, "Deleting the snapshot ref")
-        if "[rejected]" in text or "stale info" in text:
-            raise ReplicationRejected(sentence)
-        raise ReplicationError(sentence)
+    _push_ref(snap, session_id, expected, "", "Deleting the snapshot ref")
 
 
 def remote_tip(snap: Snapshots, session_id: str) -> str:
